@@ -1,0 +1,35 @@
+# dedupstream — make is the front door; every target is listed in the README.
+GO        ?= go
+PKGS      ?= ./...
+BENCHTIME ?= 1x
+FUZZTIME  ?= 30s
+
+.PHONY: build test bench bench-engine fuzz lint fmt
+
+## build: compile every package and the dedupstream binary into bin/
+build:
+	$(GO) build $(PKGS)
+	$(GO) build -o bin/dedupstream ./cmd/dedupstream
+
+## test: vet, then every test (unit, property, crash, embedded-broker) once
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -count=1 -timeout 20m $(PKGS)
+
+## bench: the engine benchmarks with allocation counts (set BENCH=regexp to narrow)
+bench:
+	$(GO) test -run '^$$' -bench '$(or $(BENCH),.)' -benchmem -benchtime $(BENCHTIME) -timeout 60m $(PKGS)
+
+## fuzz: each fuzz target for FUZZTIME (default 30s)
+fuzz:
+	@for t in $$($(GO) test -list '^Fuzz' ./partition/ | grep '^Fuzz'); do \
+		echo "== partition $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./partition/ || exit 1; \
+	done
+
+## lint: formatting and vet must be clean
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
