@@ -20,10 +20,13 @@ test:
 bench:
 	$(GO) test -run '^$$' -bench '$(or $(BENCH),.)' -benchmem -benchtime $(BENCHTIME) -timeout 60m $(PKGS)
 
-## fuzz: each fuzz target for FUZZTIME (default 30s)
+## fuzz: every fuzz target of every package for FUZZTIME each (default 30s)
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./partition/ | grep '^Fuzz'); do \
-		echo "== partition $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./partition/ || exit 1; \
+	@for p in $$($(GO) list $(PKGS)); do \
+		for t in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
+			echo "== $$p $$t"; \
+			$(GO) test -run '^$$$$' -fuzz "^$$t$$$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$p || exit 1; \
+		done; \
 	done
 
 ## lint: formatting and vet must be clean

@@ -29,10 +29,11 @@ func External() []string {
 }
 
 // NewCluster starts an embedded kfake cluster on loopback ports chosen by the
-// kernel and closes it when the test ends.
+// kernel and closes it when the test ends. It has one broker unless opts
+// contain kfake.NumBrokers(n).
 func NewCluster(tb testing.TB, opts ...kfake.Opt) *kfake.Cluster {
 	tb.Helper()
-	opts = append([]kfake.Opt{kfake.NumBrokers(1), kfake.Ports(0)}, opts...)
+	opts = append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		tb.Fatalf("kafkatest: start kfake: %v", err)

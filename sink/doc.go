@@ -1,0 +1,83 @@
+// Package sink writes a stage's output to Kafka exactly once, with Kafka
+// transactions, on top of kafka-go's low-level transport.
+//
+// kafka-go's Writer has no idempotent or transactional mode and encodes
+// producer id, epoch and sequence as -1. This package supplies what is
+// missing: its own record batch v2 encoder (Encoder.AppendBatch) and a
+// transactional Producer that drives the transaction protocol with the
+// request types of github.com/segmentio/kafka-go/protocol over a shared
+// kafka.Transport.
+//
+// # Per-cycle protocol
+//
+// One Producer per stage, with transactional id "<job.id>-<p>":
+//
+//	Init            FindCoordinator(transaction) once, cached;
+//	                InitProducerID{id, timeout, -1, -1}: fences the previous
+//	                owner, aborts what it left open; sequences restart at 0
+//	per commit cycle:
+//	Begin           local
+//	Produce         AddPartitionsToTxn once per partition per transaction
+//	                (output p, the DLQ partition when used), then RawProduce
+//	                of our record batches (transactional bit, producer id,
+//	                epoch, base sequence, CRC-32C) to the partition leader,
+//	                acks=all, one request at a time
+//	SendOffsets     AddOffsetsToTxn(group) once per transaction, then
+//	                TxnOffsetCommit(input offsets; generation and member id
+//	                in group mode) to the group coordinator, cached
+//	Commit          EndTxn(commit)
+//	Abort           EndTxn(abort); after an ambiguous error (or a failed
+//	                EndTxn) InitProducerID{id, timeout, pid, epoch} instead
+//
+// Coordinators and partition leaders are cached and looked up again only
+// after NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE, leader errors or a
+// network error; leaders come from a fresh Metadata request, not from the
+// transport's periodically refreshed cache.
+//
+// Sequence numbers run per partition for one producer id and epoch: they
+// continue across the transactions of an epoch, restart at 0 after Init,
+// and advance only after a successful produce. A batch whose produce failed
+// is resent byte for byte with the same sequence, so a retry of a batch the
+// broker already stored is deduplicated (the broker answers with the
+// original offset).
+//
+// # Delivery guarantees
+//
+// Records produced in a transaction, and the offsets sent with it, become
+// visible to read_committed consumers together when Commit returns nil, and
+// never if the transaction aborts. Under retries and lost responses no
+// record is stored twice within a transaction. Errors say what the caller
+// must do (see Class):
+//
+//   - retriable: transient broker conditions (CONCURRENT_TRANSACTIONS after
+//     the previous EndTxn, coordinator moves or loading, leader changes) are
+//     retried inside the call with exponential backoff and jitter; the error
+//     is returned only when RetryTimeout is spent. Abort and run the cycle
+//     again.
+//   - fenced: errors.Is(err, ErrFenced). A newer producer owns the
+//     transactional id, or the consumer group moved on to a new generation.
+//     The stage must stop writing.
+//   - ambiguous: *AmbiguousError. A produce whose retries ran out after a
+//     timeout or broken connection, any EndTxn whose answer was lost, or a
+//     broker that disagrees with our sequence or producer state. Whether the
+//     transaction's records are in the log is unknown. Call Abort, which
+//     bumps the epoch with InitProducerID(pid, epoch): that fences every
+//     request still in flight and the coordinator settles the transaction,
+//     committed or aborted, never both and never twice (and a producer
+//     that was replaced meanwhile gets ErrFenced rather than taking the id
+//     back). Then re-run recovery from the output topic, which is the
+//     source of truth.
+//   - fatal: configuration, authorization or oversize records. Stop.
+//
+// Commit returning nil is the only proof of commit; the job must update its
+// state store only after it.
+//
+// kafka-go's Reader does not filter aborted transactions and returns
+// transaction markers as messages; read the output with a read_committed
+// reader.
+//
+// # Concurrency
+//
+// A Producer is driven by one goroutine. Producers of several stages may
+// run concurrently on one kafka.Transport, which multiplexes their requests.
+package sink

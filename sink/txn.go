@@ -1,0 +1,484 @@
+package sink
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/addoffsetstotxn"
+	"github.com/segmentio/kafka-go/protocol/addpartitionstotxn"
+	"github.com/segmentio/kafka-go/protocol/endtxn"
+	"github.com/segmentio/kafka-go/protocol/produce"
+	"github.com/segmentio/kafka-go/protocol/rawproduce"
+	"github.com/segmentio/kafka-go/protocol/txnoffsetcommit"
+)
+
+// ProduceResult tells where the records of one Produce call landed.
+type ProduceResult struct {
+	// BaseOffset is the offset of the first record, -1 if unknown.
+	BaseOffset int64
+	// NextOffset is the offset after the last record, -1 if unknown. The
+	// commit marker of the transaction takes the next offset after the
+	// transaction's last record.
+	NextOffset int64
+	// Batches is how many record batches the records took.
+	Batches int
+}
+
+// Group names the consumer group whose offsets a transaction commits.
+type Group struct {
+	// ID is the group id. Required.
+	ID string
+	// MemberID, GenerationID and InstanceID identify the group member whose
+	// assignment the stage serves (assignment mode group). The coordinator
+	// then rejects the commit of a stale generation, which this package
+	// reports as ErrFenced. An empty MemberID means no membership
+	// (assignment mode static): generation -1 is sent and not checked.
+	MemberID     string
+	GenerationID int32
+	InstanceID   string
+}
+
+// Offset is an input position committed with a transaction.
+type Offset struct {
+	Topic     string
+	Partition int32
+	// Offset is the next offset to consume.
+	Offset int64
+	// Metadata is stored with the offset; may be empty.
+	Metadata string
+}
+
+// Begin opens a transaction. It does no I/O: partitions and the group are
+// added to the transaction on first use.
+func (p *Producer) Begin() error {
+	if err := p.check("begin", stateReady); err != nil {
+		return err
+	}
+	p.state = stateTxn
+	return nil
+}
+
+// Produce writes recs to a partition within the open transaction and returns
+// where they landed. The partition is added to the transaction
+// (AddPartitionsToTxn) on its first use in the transaction. Records are sent
+// in batches of at most MaxBatchBytes, one produce request at a time, with
+// acks=all; a batch that fails with a retriable error is resent unchanged
+// (same sequence), so the broker stores it once.
+//
+// Records must stay unchanged until Produce returns. After any error the
+// transaction can only be aborted.
+func (p *Producer) Produce(ctx context.Context, topic string, partition int32, recs []Record) (ProduceResult, error) {
+	res := ProduceResult{BaseOffset: -1, NextOffset: -1}
+	if err := p.check("produce", stateTxn); err != nil {
+		return res, err
+	}
+	if len(recs) == 0 {
+		return res, nil
+	}
+	tp := topicPartition{topic, partition}
+	if _, ok := p.txnParts[tp]; !ok {
+		if err := p.addPartition(ctx, tp); err != nil {
+			return res, p.fail(err)
+		}
+	}
+	for first := true; len(recs) > 0; first = false {
+		n := p.batchLen(recs)
+		base, err := p.produceBatch(ctx, tp, recs[:n])
+		if err != nil {
+			return res, p.fail(err)
+		}
+		if first {
+			res.BaseOffset = base
+		}
+		res.NextOffset = -1
+		if base >= 0 {
+			res.NextOffset = base + int64(n)
+		}
+		res.Batches++
+		recs = recs[n:]
+	}
+	return res, nil
+}
+
+// SendOffsets adds input offsets to the open transaction: they become the
+// group's committed offsets if and only if the transaction commits
+// (AddOffsetsToTxn once per group per transaction, then TxnOffsetCommit to
+// the group coordinator).
+func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) error {
+	if err := p.check("send offsets", stateTxn); err != nil {
+		return err
+	}
+	if g.ID == "" {
+		return fmt.Errorf("sink: send offsets: empty group id: %w", ErrState)
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	if _, ok := p.txnGroups[g.ID]; !ok {
+		p.txnTouched = true
+		_, err := p.coordinatorCall(ctx, call{
+			op:        "add offsets to txn",
+			topic:     g.ID,
+			partition: -1,
+			build: func() protocol.Message {
+				return &addoffsetstotxn.Request{
+					TransactionalID: p.cfg.TransactionalID,
+					ProducerID:      p.pid,
+					ProducerEpoch:   p.epoch,
+					GroupID:         g.ID,
+				}
+			},
+			code: func(m protocol.Message) kafka.Error { return kafka.Error(m.(*addoffsetstotxn.Response).ErrorCode) },
+		})
+		if err != nil {
+			return p.fail(err)
+		}
+		p.txnGroups[g.ID] = struct{}{}
+	}
+	_, err := p.coordinatorCall(ctx, call{
+		op:        "txn offset commit",
+		group:     g.ID,
+		topic:     g.ID,
+		partition: -1,
+		build:     func() protocol.Message { return p.txnOffsetCommit(g, offsets) },
+		code: func(m protocol.Message) kafka.Error {
+			for _, t := range m.(*txnoffsetcommit.Response).Topics {
+				for _, pt := range t.Partitions {
+					if pt.ErrorCode != 0 {
+						return kafka.Error(pt.ErrorCode)
+					}
+				}
+			}
+			return 0
+		},
+	})
+	if err != nil {
+		return p.fail(err)
+	}
+	return nil
+}
+
+func (p *Producer) txnOffsetCommit(g Group, offsets []Offset) *txnoffsetcommit.Request {
+	req := &txnoffsetcommit.Request{
+		TransactionalID: p.cfg.TransactionalID,
+		GroupID:         g.ID,
+		ProducerID:      p.pid,
+		ProducerEpoch:   p.epoch,
+		GenerationID:    -1,
+		MemberID:        g.MemberID,
+		GroupInstanceID: g.InstanceID,
+	}
+	if g.MemberID != "" {
+		req.GenerationID = g.GenerationID
+	}
+	for _, o := range offsets {
+		i := slices.IndexFunc(req.Topics, func(t txnoffsetcommit.RequestTopic) bool { return t.Name == o.Topic })
+		if i < 0 {
+			req.Topics = append(req.Topics, txnoffsetcommit.RequestTopic{Name: o.Topic})
+			i = len(req.Topics) - 1
+		}
+		req.Topics[i].Partitions = append(req.Topics[i].Partitions, txnoffsetcommit.RequestPartition{
+			Partition:            o.Partition,
+			CommittedOffset:      o.Offset,
+			CommittedLeaderEpoch: -1,
+			CommittedMetadata:    o.Metadata,
+		})
+	}
+	return req
+}
+
+// Commit commits the open transaction with EndTxn(commit): its records become
+// visible to read_committed consumers and its offsets become the group's
+// committed offsets, all or nothing. A transaction that added nothing ends
+// without a request.
+//
+// On an *AmbiguousError the transaction may or may not have committed: call
+// Abort, then re-run recovery.
+func (p *Producer) Commit(ctx context.Context) error {
+	if err := p.check("commit", stateTxn); err != nil {
+		return err
+	}
+	if err := p.endTxn(ctx, true); err != nil {
+		return p.fail(err)
+	}
+	p.resetTxn()
+	p.state = stateReady
+	return nil
+}
+
+// Abort ends the open transaction without effect: nothing it produced
+// becomes visible, none of its offsets are committed.
+//
+// After an ambiguous error Abort re-initialises the producer instead of
+// sending EndTxn(abort): InitProducerID with our current producer id and
+// epoch (KIP-360) bumps the epoch, which fences every request of the old
+// epoch still in flight, and the coordinator settles the open transaction
+// (committed if our EndTxn(commit) arrived, aborted otherwise). The caller
+// must then re-run recovery. Unlike Init, this does not take the
+// transactional id back from a producer that initialised it meanwhile: the
+// broker answers PRODUCER_FENCED (brokers 2.5 and later) and Abort returns
+// ErrFenced. Abort re-initialises the same way when EndTxn(abort) fails.
+// It returns nil when there is no transaction to abort.
+func (p *Producer) Abort(ctx context.Context) error {
+	switch p.state {
+	case stateNew, stateReady:
+		return nil
+	case stateFenced:
+		return p.fenced
+	case stateRecover:
+		return p.reinit(ctx)
+	}
+	err := p.endTxn(ctx, false)
+	if err == nil {
+		p.resetTxn()
+		p.state = stateReady
+		return nil
+	}
+	if ClassOf(err) == ClassFenced {
+		return p.fail(err)
+	}
+	p.log.Warn("sink: abort failed, re-initialising", "err", err)
+	return p.reinit(ctx)
+}
+
+func (p *Producer) endTxn(ctx context.Context, commit bool) error {
+	if !p.txnTouched {
+		return nil // the coordinator knows of no transaction
+	}
+	op := "end txn (abort)"
+	if commit {
+		op = "end txn (commit)"
+	}
+	_, err := p.coordinatorCall(ctx, call{
+		op:        op,
+		partition: -1,
+		build: func() protocol.Message {
+			return &endtxn.Request{
+				TransactionalID: p.cfg.TransactionalID,
+				ProducerID:      p.pid,
+				ProducerEpoch:   p.epoch,
+				Committed:       commit,
+			}
+		},
+		code:               func(m protocol.Message) kafka.Error { return kafka.Error(m.(*endtxn.Response).ErrorCode) },
+		ambiguousOnTimeout: true,
+	})
+	return err
+}
+
+func (p *Producer) addPartition(ctx context.Context, tp topicPartition) error {
+	p.txnTouched = true
+	_, err := p.coordinatorCall(ctx, call{
+		op:        "add partitions to txn",
+		topic:     tp.topic,
+		partition: tp.partition,
+		build: func() protocol.Message {
+			return &addpartitionstotxn.Request{
+				TransactionalID: p.cfg.TransactionalID,
+				ProducerID:      p.pid,
+				ProducerEpoch:   p.epoch,
+				Topics:          []addpartitionstotxn.RequestTopic{{Name: tp.topic, Partitions: []int32{tp.partition}}},
+			}
+		},
+		code: func(m protocol.Message) kafka.Error {
+			for _, t := range m.(*addpartitionstotxn.Response).Results {
+				for _, pt := range t.Results {
+					if pt.ErrorCode != 0 {
+						return kafka.Error(pt.ErrorCode)
+					}
+				}
+			}
+			return 0
+		},
+	})
+	if err == nil {
+		p.txnParts[tp] = struct{}{}
+	}
+	return err
+}
+
+// batchLen returns how many leading records of recs fit in one batch of at
+// most MaxBatchBytes (at least one).
+func (p *Producer) batchLen(recs []Record) int {
+	size := batchHeaderSize
+	for i := range recs {
+		size += recordSizeBound(&recs[i])
+		if size > p.cfg.MaxBatchBytes && i > 0 {
+			return i
+		}
+	}
+	return len(recs)
+}
+
+// produceBatch sends recs as one record batch to the partition leader and
+// returns its base offset (-1 if the broker reported a duplicate without
+// it). The sequence advances only on success.
+func (p *Producer) produceBatch(ctx context.Context, tp topicPartition, recs []Record) (int64, error) {
+	a := p.newAttempts(ctx, "produce", tp.topic, tp.partition)
+	seq := p.seqs[tp]
+	buf := append(p.buf[:0], 0, 0, 0, 0) // RawRecordSet: records size, then the batch
+	buf, err := p.enc.AppendBatch(buf, BatchHeader{
+		ProducerID:    p.pid,
+		ProducerEpoch: p.epoch,
+		BaseSequence:  seq,
+		Transactional: true,
+		Compression:   p.cfg.Compression,
+	}, recs)
+	if err != nil {
+		a.n = 1
+		return -1, a.fail(ClassFatal, 0, err)
+	}
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	p.buf = buf
+
+	// A request that failed without an answer may still be read from buf
+	// by the transport after we return; the next batch then gets a new
+	// buffer rather than overwriting this one under it.
+	var unknown bool
+	defer func() {
+		if unknown {
+			p.buf = nil
+		}
+	}()
+	for {
+		a.n++
+		var cause error
+		leader, code, err := p.leader(ctx, tp)
+		if err == nil && code == 0 {
+			var res protocol.Message
+			res, err = p.send(ctx, leader, &rawproduce.Request{
+				TransactionalID: p.cfg.TransactionalID,
+				Acks:            -1,
+				Timeout:         int32(p.cfg.RequestTimeout.Milliseconds() * 3 / 4),
+				Topics: []rawproduce.RequestTopic{{
+					Topic: tp.topic,
+					Partitions: []rawproduce.RequestPartition{{
+						Partition: tp.partition,
+						RecordSet: protocol.RawRecordSet{Reader: bytes.NewReader(buf)},
+					}},
+				}},
+			})
+			if err != nil {
+				unknown = unknown || !notSent(err)
+				delete(p.leaders, tp)
+			} else {
+				var base int64
+				var msg string
+				base, code, msg, err = producePartition(res, tp)
+				if code != 0 && msg != "" {
+					cause = fmt.Errorf("%w: %s", code, msg)
+				}
+				switch {
+				case err != nil:
+					unknown = true
+				case code == 0 || code == kafka.DuplicateSequenceNumber:
+					if code != 0 {
+						base = -1
+					}
+					p.seqs[tp] = nextSequence(seq, len(recs))
+					return base, nil
+				case isLeaderCode(code):
+					delete(p.leaders, tp)
+				case code == kafka.RequestTimedOut || code == kafka.NotEnoughReplicasAfterAppend || code == kafka.NetworkException:
+					unknown = true // the batch may be in the log
+				}
+			}
+		}
+		if cause == nil {
+			cause = code
+		}
+		if err != nil {
+			cause = err
+		} else if class := classifyCode(code); class != ClassRetriable {
+			if class == ClassAmbiguous {
+				if code == kafka.InvalidTransactionState {
+					// Our transaction no longer holds the partition: the
+					// coordinator ended it. Ask it whether our epoch is
+					// still current (brokers answer INVALID_PRODUCER_EPOCH
+					// here directly; kfake does not).
+					if perr := p.addPartition(ctx, tp); ClassOf(perr) == ClassFenced {
+						return -1, perr
+					}
+				}
+				return -1, a.ambiguous(code, cause)
+			}
+			return -1, a.fail(class, code, cause)
+		}
+		if !a.again(cause) {
+			if unknown {
+				return -1, a.ambiguous(code, cause)
+			}
+			return -1, a.fail(ClassRetriable, code, cause)
+		}
+	}
+}
+
+// producePartition finds tp's answer: base offset, error code and the
+// broker's error message (produce v8).
+func producePartition(m protocol.Message, tp topicPartition) (int64, kafka.Error, string, error) {
+	for _, t := range m.(*produce.Response).Topics {
+		if t.Topic != tp.topic {
+			continue
+		}
+		for _, pt := range t.Partitions {
+			if pt.Partition == tp.partition {
+				return pt.BaseOffset, kafka.Error(pt.ErrorCode), pt.ErrorMessage, nil
+			}
+		}
+	}
+	return -1, 0, "", errors.New("sink: produce response lacks the partition")
+}
+
+// nextSequence advances a sequence number; sequences wrap from 2^31-1 to 0.
+func nextSequence(seq int32, n int) int32 {
+	return int32((int64(seq) + int64(n)) % (math.MaxInt32 + 1))
+}
+
+// check returns an error unless the producer is in state want.
+func (p *Producer) check(op string, want state) error {
+	switch {
+	case p.state == want:
+		return nil
+	case p.state == stateFenced:
+		return p.fenced
+	case p.state == stateFailed:
+		return fmt.Errorf("sink: %s: transaction failed, abort it: %w (%w)", op, ErrState, p.txnErr)
+	case p.state == stateRecover:
+		return fmt.Errorf("sink: %s: outcome of the transaction unknown, call Abort and recover: %w", op, ErrState)
+	case p.state == stateNew:
+		return fmt.Errorf("sink: %s: producer not initialised, call Init: %w", op, ErrState)
+	case p.state == stateTxn:
+		return fmt.Errorf("sink: %s: transaction open: %w", op, ErrState)
+	default:
+		return fmt.Errorf("sink: %s: no transaction open, call Begin: %w", op, ErrState)
+	}
+}
+
+// fail records err's consequence on the producer state and returns err.
+func (p *Producer) fail(err error) error {
+	switch ClassOf(err) {
+	case ClassFenced:
+		p.state, p.fenced = stateFenced, err
+	case ClassAmbiguous:
+		p.state = stateRecover
+	default:
+		if p.state == stateTxn {
+			p.state, p.txnErr = stateFailed, err
+		}
+	}
+	return err
+}
+
+func (p *Producer) resetTxn() {
+	clear(p.txnParts)
+	clear(p.txnGroups)
+	p.txnErr = nil
+	p.txnTouched = false
+}
