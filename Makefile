@@ -25,7 +25,7 @@ fuzz:
 	@for p in $$($(GO) list $(PKGS)); do \
 		for t in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
 			echo "== $$p $$t"; \
-			$(GO) test -run '^$$$$' -fuzz "^$$t$$$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$p || exit 1; \
+			$(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s $$p || exit 1; \
 		done; \
 	done
 
