@@ -1,0 +1,44 @@
+package filter
+
+import (
+	"testing"
+
+	"github.com/dedupstream/dedupstream/partition"
+)
+
+// TestHotPathAllocatesNothing proves the per-record operations and the
+// steady-state Advance allocate nothing.
+func TestHotPathAllocatesNothing(t *testing.T) {
+	cfg := Config{KeysPerGeneration: 10_000, FalsePositiveRate: 0.01, Generations: 4}
+	f := fillWindow(t, cfg)
+	probes := make([]partition.Hash, 1024)
+	for i := range probes {
+		probes[i] = key(nsPresent, uint64(i*7)) // present in various generations
+		if i%2 == 1 {
+			probes[i] = key(nsAbsent, uint64(i))
+		}
+	}
+	dst := make([]uint64, 0, cfg.Generations)
+	var i int
+	next := func() partition.Hash { i++; return probes[i%len(probes)] }
+	gen := f.Current()
+	tests := []struct {
+		name string
+		fn   func()
+	}{
+		{"Test", func() { f.Test(next()) }},
+		{"Candidates", func() { dst = f.Candidates(next(), dst[:0]) }},
+		{"Add", func() { f.Add(next()) }},
+		{"AddTo", func() { f.AddTo(f.Oldest(), next()) }},
+		{"Advance by one", func() { gen++; f.Advance(gen) }},
+		{"Advance past the window", func() { gen += 10; f.Advance(gen) }},
+		{"Advance backwards", func() { f.Advance(gen - 1) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if n := testing.AllocsPerRun(1000, tt.fn); n != 0 {
+				t.Fatalf("%s: %.1f allocations per call, want 0", tt.name, n)
+			}
+		})
+	}
+}

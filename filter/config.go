@@ -1,0 +1,105 @@
+package filter
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/bits-and-blooms/bloom/v3"
+)
+
+// Defaults applied by [Config.ApplyDefaults] to zero fields.
+const (
+	DefaultKeysPerGeneration uint    = 1_000_000
+	DefaultFalsePositiveRate float64 = 0.01
+	DefaultGenerations       int     = 4
+)
+
+// Limits enforced by [Config.Validate].
+const (
+	// MinFalsePositiveRate is the smallest accepted target. Below it a
+	// generation costs more than ~45 bits per key for no practical gain: every
+	// "maybe" is confirmed in the exact store anyway.
+	MinFalsePositiveRate = 1e-9
+	// MaxGenerations bounds the ring: Test probes every live generation, and
+	// the live generations fit a 64-bit mask.
+	MaxGenerations = 64
+	// MaxBytesPerGeneration bounds one generation's bitset (16 GiB).
+	MaxBytesPerGeneration = 16 << 30
+)
+
+// Config sizes a [Filter]. A snapshot can only be restored into a filter with
+// an identical Config (see [ReadFrom]).
+type Config struct {
+	// KeysPerGeneration is the design capacity of one generation: the number
+	// of distinct keys added while it is the newest (plus any added later
+	// with AddTo). Beyond it the false-positive rate rises; nothing is lost.
+	// The default value is 1,000,000.
+	KeysPerGeneration uint
+	// FalsePositiveRate is the target probability that Test reports an
+	// absent key as present when every live generation holds
+	// KeysPerGeneration keys. Each generation is sized for
+	// FalsePositiveRate/Generations, so by the union bound a Test across all
+	// live generations stays at or below the target.
+	// The default value is 0.01.
+	FalsePositiveRate float64
+	// Generations is the number of live generations: the newest one and
+	// Generations-1 older ones. With a dedup window W split into generations
+	// of span W/G, a key is remembered for between W-W/G and W.
+	// The default value is 4.
+	Generations int
+}
+
+// ApplyDefaults sets every zero field to its default.
+func (c *Config) ApplyDefaults() {
+	if c.KeysPerGeneration == 0 {
+		c.KeysPerGeneration = DefaultKeysPerGeneration
+	}
+	if c.FalsePositiveRate == 0 {
+		c.FalsePositiveRate = DefaultFalsePositiveRate
+	}
+	if c.Generations == 0 {
+		c.Generations = DefaultGenerations
+	}
+}
+
+// Validate reports every problem with c, one per line, each naming its field.
+func (c Config) Validate() error {
+	var errs []error
+	if c.KeysPerGeneration < 1 {
+		errs = append(errs, fmt.Errorf("filter.keys_per_generation: must be >= 1, got %d", c.KeysPerGeneration))
+	}
+	fprOK := c.FalsePositiveRate >= MinFalsePositiveRate && c.FalsePositiveRate < 1 // false for NaN
+	if !fprOK {
+		errs = append(errs, fmt.Errorf("filter.false_positive_rate: must be in [%g, 1), got %g", MinFalsePositiveRate, c.FalsePositiveRate))
+	}
+	gensOK := c.Generations >= 1 && c.Generations <= MaxGenerations
+	if !gensOK {
+		errs = append(errs, fmt.Errorf("filter.generations: must be in [1, %d], got %d", MaxGenerations, c.Generations))
+	}
+	if c.KeysPerGeneration >= 1 && fprOK && gensOK {
+		if bits := c.bitsFloat(); bits > MaxBytesPerGeneration*8 {
+			errs = append(errs, fmt.Errorf("filter.keys_per_generation: %d keys at false_positive_rate %g over %d generations need %.0f MiB per generation, above the %d MiB limit",
+				c.KeysPerGeneration, c.FalsePositiveRate, c.Generations, bits/8/(1<<20), MaxBytesPerGeneration>>20))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// perGenerationRate is the false-positive budget of one generation.
+func (c Config) perGenerationRate() float64 {
+	return c.FalsePositiveRate / float64(c.Generations)
+}
+
+// bitsFloat is the generation size in bits before rounding, used to reject
+// configurations whose size would overflow before calling into bloom.
+func (c Config) bitsFloat() float64 {
+	return -float64(c.KeysPerGeneration) * math.Log(c.perGenerationRate()) / (math.Ln2 * math.Ln2)
+}
+
+// params returns the bits (m) and probes (k) of one generation, as computed by
+// bloom.EstimateParameters for KeysPerGeneration at the per-generation rate.
+// c must be valid.
+func (c Config) params() (m, k uint) {
+	return bloom.EstimateParameters(c.KeysPerGeneration, c.perGenerationRate())
+}

@@ -1,0 +1,95 @@
+package filter
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+func TestConfigValidate(t *testing.T) {
+	valid := Config{KeysPerGeneration: 1000, FalsePositiveRate: 0.01, Generations: 4}
+	tests := []struct {
+		name string
+		cfg  Config
+		want []string // one line per problem, in order
+	}{
+		{"valid", valid, nil},
+		{"one generation", Config{KeysPerGeneration: 1, FalsePositiveRate: 0.5, Generations: 1}, nil},
+		{"zero value", Config{}, []string{
+			"filter.keys_per_generation: must be >= 1, got 0",
+			"filter.false_positive_rate: must be in [1e-09, 1), got 0",
+			"filter.generations: must be in [1, 64], got 0",
+		}},
+		{"rate one", Config{KeysPerGeneration: 10, FalsePositiveRate: 1, Generations: 2}, []string{
+			"filter.false_positive_rate: must be in [1e-09, 1), got 1",
+		}},
+		{"rate NaN", Config{KeysPerGeneration: 10, FalsePositiveRate: math.NaN(), Generations: 2}, []string{
+			"filter.false_positive_rate: must be in [1e-09, 1), got NaN",
+		}},
+		{"rate negative", Config{KeysPerGeneration: 10, FalsePositiveRate: -0.1, Generations: 2}, []string{
+			"filter.false_positive_rate: must be in [1e-09, 1), got -0.1",
+		}},
+		{"too many generations", Config{KeysPerGeneration: 10, FalsePositiveRate: 0.1, Generations: 5000}, []string{
+			"filter.generations: must be in [1, 64], got 5000",
+		}},
+		{"negative generations", Config{KeysPerGeneration: 10, FalsePositiveRate: 0.1, Generations: -1}, []string{
+			"filter.generations: must be in [1, 64], got -1",
+		}},
+		{"too big", Config{KeysPerGeneration: 1 << 40, FalsePositiveRate: 0.01, Generations: 4}, []string{
+			"filter.keys_per_generation: 1099511627776 keys at false_positive_rate 0.01 over 4 generations need 1634527 MiB per generation, above the 16384 MiB limit",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.cfg.Validate()
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Validate() = nil, want %q", tt.want)
+			}
+			if got := strings.Split(err.Error(), "\n"); strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Fatalf("Validate() =\n%s\nwant\n%s", err, strings.Join(tt.want, "\n"))
+			}
+			if _, err := New(tt.cfg, 0); err == nil {
+				t.Fatal("New accepted an invalid config")
+			}
+		})
+	}
+}
+
+func TestConfigApplyDefaults(t *testing.T) {
+	var c Config
+	c.ApplyDefaults()
+	want := Config{KeysPerGeneration: DefaultKeysPerGeneration, FalsePositiveRate: DefaultFalsePositiveRate, Generations: DefaultGenerations}
+	if c != want {
+		t.Fatalf("ApplyDefaults() = %+v, want %+v", c, want)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults invalid: %v", err)
+	}
+	set := Config{KeysPerGeneration: 7, FalsePositiveRate: 0.2, Generations: 2}
+	got := set
+	got.ApplyDefaults()
+	if got != set {
+		t.Fatalf("ApplyDefaults changed set fields: %+v -> %+v", set, got)
+	}
+}
+
+// TestConfigSizing pins the sizing rule: each generation gets
+// bloom.EstimateParameters for KeysPerGeneration at
+// FalsePositiveRate/Generations.
+func TestConfigSizing(t *testing.T) {
+	f := mustNew(t, Config{KeysPerGeneration: 2_500_000, FalsePositiveRate: 0.01, Generations: 4}, 3)
+	// m = ceil(-n ln(p/G) / ln(2)^2), k = ceil(ln(2) m / n).
+	wantM := uint64(math.Ceil(-2_500_000 * math.Log(0.0025) / (math.Ln2 * math.Ln2)))
+	if f.m != wantM || f.k != 9 {
+		t.Fatalf("m, k = %d, %d, want %d, 9", f.m, f.k, wantM)
+	}
+	if got := f.BytesPerKey(); got < 1.55 || got > 1.57 {
+		t.Fatalf("BytesPerKey() = %.3f, want 12.47 bits/8 = ~1.56", got)
+	}
+}

@@ -1,0 +1,175 @@
+package filter
+
+import (
+	"math"
+	"slices"
+	"testing"
+)
+
+var smallCfg = Config{KeysPerGeneration: 1000, FalsePositiveRate: 0.001, Generations: 3}
+
+func TestLiveRange(t *testing.T) {
+	tests := []struct {
+		name       string
+		start      uint64
+		advance    []uint64
+		cur, old   uint64
+		live, dead []uint64
+	}{
+		{"start at 0", 0, nil, 0, 0, []uint64{0}, []uint64{1, 2}},
+		{"start at 1", 1, nil, 1, 0, []uint64{0, 1}, []uint64{2}},
+		{"start full", 10, nil, 10, 8, []uint64{8, 9, 10}, []uint64{7, 11, 0}},
+		{"advance by one", 10, []uint64{11}, 11, 9, []uint64{9, 10, 11}, []uint64{8, 12}},
+		{"advance skips", 10, []uint64{12}, 12, 10, []uint64{10, 11, 12}, []uint64{9}},
+		{"advance past window", 10, []uint64{100}, 100, 98, []uint64{98, 99, 100}, []uint64{10, 97}},
+		{"advance backwards ignored", 10, []uint64{9, 3}, 10, 8, []uint64{8, 9, 10}, []uint64{7}},
+		{"advance same", 10, []uint64{10}, 10, 8, []uint64{8, 9, 10}, nil},
+		{"near max", math.MaxUint64 - 5, []uint64{math.MaxUint64}, math.MaxUint64, math.MaxUint64 - 2,
+			[]uint64{math.MaxUint64 - 2, math.MaxUint64 - 1, math.MaxUint64}, []uint64{math.MaxUint64 - 3, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := mustNew(t, smallCfg, tt.start)
+			for _, g := range tt.advance {
+				f.Advance(g)
+			}
+			if f.Current() != tt.cur || f.Oldest() != tt.old {
+				t.Fatalf("Current, Oldest = %d, %d, want %d, %d", f.Current(), f.Oldest(), tt.cur, tt.old)
+			}
+			h := key(nsPresent, 1)
+			for _, g := range tt.live {
+				if !f.Live(g) || !f.AddTo(g, h) {
+					t.Errorf("generation %d: not live", g)
+				}
+			}
+			for _, g := range tt.dead {
+				if f.Live(g) || f.AddTo(g, h) {
+					t.Errorf("generation %d: live", g)
+				}
+			}
+			var gens []uint64
+			for _, s := range f.Stats() {
+				gens = append(gens, s.Gen)
+			}
+			want := slices.Clone(tt.live)
+			slices.Reverse(want)
+			if !slices.Equal(gens, want) {
+				t.Errorf("Stats generations = %v, want %v", gens, want)
+			}
+		})
+	}
+}
+
+func TestCandidatesNewestFirst(t *testing.T) {
+	f := mustNew(t, smallCfg, 5)
+	h := key(nsPresent, 42)
+	f.AddTo(3, h)
+	f.Add(h) // generation 5
+	dst := []uint64{99}
+	dst = f.Candidates(h, dst)
+	if !slices.Equal(dst, []uint64{99, 5, 3}) {
+		t.Fatalf("Candidates = %v, want [99 5 3] (appended, newest first)", dst)
+	}
+	if !f.Test(h) {
+		t.Fatal("Test = false for an added key")
+	}
+	f.Advance(6) // drops 3
+	if got := f.Candidates(h, nil); !slices.Equal(got, []uint64{5}) {
+		t.Fatalf("after Advance(6): Candidates = %v, want [5]", got)
+	}
+	f.Advance(8) // drops 5
+	if got := f.Candidates(h, nil); len(got) != 0 || f.Test(h) {
+		t.Fatalf("after Advance(8): Candidates = %v, Test = %v, want none", got, f.Test(h))
+	}
+}
+
+// TestAdvanceClearsReusedBitsets checks that a generation slot taken over by
+// a new generation starts empty, both for a step of one and for a jump.
+func TestAdvanceClearsReusedBitsets(t *testing.T) {
+	for _, step := range []uint64{1, 2, 3, 7} {
+		f := mustNew(t, smallCfg, 10)
+		for g := uint64(8); g <= 10; g++ {
+			for i := range uint64(500) {
+				f.AddTo(g, key(nsPresent, g*1000+i))
+			}
+		}
+		f.Advance(10 + step)
+		for _, s := range f.Stats() {
+			dropped := s.Gen > 10
+			if dropped && (s.FillRatio != 0 || s.Added != 0) {
+				t.Errorf("step %d: new generation %d: fill %.4f added %d, want empty", step, s.Gen, s.FillRatio, s.Added)
+			}
+			if !dropped && (s.FillRatio == 0 || s.Added != 500) {
+				t.Errorf("step %d: kept generation %d: fill %.4f added %d, want 500 keys", step, s.Gen, s.FillRatio, s.Added)
+			}
+		}
+	}
+}
+
+func TestStats(t *testing.T) {
+	cfg := Config{KeysPerGeneration: 10_000, FalsePositiveRate: 0.01, Generations: 2}
+	f := fillWindow(t, cfg)
+	st := f.Stats()
+	if len(st) != 2 || st[0].Gen != 1 || st[1].Gen != 0 {
+		t.Fatalf("Stats = %+v, want generations 1, 0", st)
+	}
+	for _, s := range st {
+		// At capacity an optimally sized filter is about half full.
+		if s.Added != 10_000 || s.FillRatio < 0.45 || s.FillRatio > 0.55 || s.Bytes != len(f.slots[0].words)*8 {
+			t.Errorf("generation %d: %+v", s.Gen, s)
+		}
+		if s.EstimatedFPR < 0.005/1.5 || s.EstimatedFPR > 0.005*1.5 {
+			t.Errorf("generation %d: EstimatedFPR %.5f, want ~0.005", s.Gen, s.EstimatedFPR)
+		}
+	}
+	if got := f.EstimatedFalsePositiveRate(); got < 0.01/1.5 || got > 0.01*1.5 {
+		t.Errorf("EstimatedFalsePositiveRate() = %.5f, want ~0.01", got)
+	}
+	if got := mustNew(t, cfg, 9).EstimatedFalsePositiveRate(); got != 0 {
+		t.Errorf("empty filter: EstimatedFalsePositiveRate() = %g, want 0", got)
+	}
+}
+
+func TestTag(t *testing.T) {
+	f := mustNew(t, smallCfg, 0)
+	if f.Tag() != 0 {
+		t.Fatalf("Tag() = %d on a new filter", f.Tag())
+	}
+	f.SetTag(812)
+	if f.Tag() != 812 {
+		t.Fatalf("Tag() = %d, want 812", f.Tag())
+	}
+}
+
+// TestFewProbes covers the configurations with k = 1, 2 and 3, where the
+// two-probe first pass of Test and Candidates is all or most of the work.
+func TestFewProbes(t *testing.T) {
+	for _, tt := range []struct {
+		cfg Config
+		k   uint64
+	}{
+		{Config{KeysPerGeneration: 500, FalsePositiveRate: 0.6, Generations: 1}, 1},
+		{Config{KeysPerGeneration: 500, FalsePositiveRate: 0.5, Generations: 1}, 2},
+		{Config{KeysPerGeneration: 500, FalsePositiveRate: 0.3, Generations: 2}, 3},
+	} {
+		f := mustNew(t, tt.cfg, 7)
+		if f.k != tt.k {
+			t.Fatalf("%+v: k = %d, want %d", tt.cfg, f.k, tt.k)
+		}
+		for i := range uint64(500) {
+			f.AddTo(f.Oldest(), key(nsPresent, i))
+		}
+		positives := 0
+		for i := range uint64(500) {
+			if got := f.Candidates(key(nsPresent, i), nil); !slices.Contains(got, f.Oldest()) {
+				t.Fatalf("k=%d: key %d added to %d, Candidates %v", f.k, i, f.Oldest(), got)
+			}
+			if f.Test(key(nsAbsent, i)) {
+				positives++
+			}
+		}
+		if rate := float64(positives) / 500; rate > 2*tt.cfg.FalsePositiveRate || rate == 0 {
+			t.Errorf("k=%d: false-positive rate %.3f, target %.2f", f.k, rate, tt.cfg.FalsePositiveRate)
+		}
+	}
+}

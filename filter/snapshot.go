@@ -1,0 +1,236 @@
+package filter
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/bits-and-blooms/bitset"
+)
+
+// Snapshot layout; see the package documentation.
+const (
+	snapshotMagic   = "DSBLOOM\x00"
+	snapshotVersion = 1
+	headerLen       = 64 // fields covered by the header checksum
+	genHeaderLen    = 16 // gen, added
+	bloomHeaderLen  = 24 // bloom m, k and bitset length, as bloom.WriteTo writes them
+
+	flagLittleEndian = 1 << 0 // bitset words were written little-endian
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// WriteTo writes a snapshot of f to w and returns the bytes written. It
+// writes in chunks of about 1 KiB; wrap a file or socket in a bufio.Writer.
+// It implements io.WriterTo.
+func (f *Filter) WriteTo(w io.Writer) (int64, error) {
+	cw := &crcWriter{w: w}
+	var hdr [headerLen + 4]byte
+	copy(hdr[0:8], snapshotMagic)
+	binary.BigEndian.PutUint16(hdr[8:], snapshotVersion)
+	binary.BigEndian.PutUint16(hdr[10:], wordOrderFlag())
+	binary.BigEndian.PutUint32(hdr[12:], uint32(f.cfg.Generations))
+	binary.BigEndian.PutUint64(hdr[16:], uint64(f.cfg.KeysPerGeneration))
+	binary.BigEndian.PutUint64(hdr[24:], math.Float64bits(f.cfg.FalsePositiveRate))
+	binary.BigEndian.PutUint64(hdr[32:], f.m)
+	binary.BigEndian.PutUint64(hdr[40:], f.k)
+	binary.BigEndian.PutUint64(hdr[48:], f.tag)
+	binary.BigEndian.PutUint64(hdr[56:], f.cur)
+	binary.BigEndian.PutUint32(hdr[headerLen:], crc32.Checksum(hdr[:headerLen], castagnoli))
+	if _, err := cw.Write(hdr[:]); err != nil {
+		return cw.n, fmt.Errorf("filter: write snapshot: %w", err)
+	}
+	idx := f.head
+	for i := range f.nlive {
+		s := &f.slots[idx]
+		var gh [genHeaderLen]byte
+		binary.BigEndian.PutUint64(gh[0:], f.cur-uint64(i))
+		binary.BigEndian.PutUint64(gh[8:], s.added)
+		if _, err := cw.Write(gh[:]); err != nil {
+			return cw.n, fmt.Errorf("filter: write snapshot: generation %d: %w", f.cur-uint64(i), err)
+		}
+		if _, err := s.bf.WriteTo(cw); err != nil {
+			return cw.n, fmt.Errorf("filter: write snapshot: generation %d: %w", f.cur-uint64(i), err)
+		}
+		idx = f.prev(idx)
+	}
+	var trailer [4]byte
+	binary.BigEndian.PutUint32(trailer[:], cw.crc)
+	if _, err := cw.Write(trailer[:]); err != nil {
+		return cw.n, fmt.Errorf("filter: write snapshot: %w", err)
+	}
+	return cw.n, nil
+}
+
+// ReadFrom reads a snapshot written by WriteTo for an identical cfg. It reads
+// exactly the snapshot's bytes from r; wrap a file in a bufio.Reader.
+//
+// A damaged snapshot gives a *CorruptError, one written by another format
+// version or for another configuration a *MismatchError; other errors come
+// from r. In every case the caller rebuilds the filter from the exact store.
+// The restored filter's newest generation is the snapshot's: call Advance
+// with the present generation next.
+func ReadFrom(r io.Reader, cfg Config) (*Filter, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cr := &crcReader{r: r}
+	var hdr [headerLen + 4]byte
+	if err := cr.readFull(hdr[:]); err != nil {
+		return nil, err
+	}
+	if string(hdr[0:8]) != snapshotMagic {
+		return nil, &CorruptError{Offset: 0, Reason: "bad magic, not a filter snapshot"}
+	}
+	if v := binary.BigEndian.Uint16(hdr[8:]); v != snapshotVersion {
+		return nil, &MismatchError{Field: "format version", Snapshot: strconv.Itoa(int(v)), Want: strconv.Itoa(snapshotVersion)}
+	}
+	if got, want := binary.BigEndian.Uint32(hdr[headerLen:]), crc32.Checksum(hdr[:headerLen], castagnoli); got != want {
+		return nil, &CorruptError{Offset: headerLen, Reason: fmt.Sprintf("header checksum %08x, computed %08x", got, want)}
+	}
+
+	m, k := cfg.params()
+	for _, c := range []struct {
+		field     string
+		got, want uint64
+		format    func(uint64) string
+	}{
+		{"filter.generations", uint64(binary.BigEndian.Uint32(hdr[12:])), uint64(cfg.Generations), formatUint},
+		{"filter.keys_per_generation", binary.BigEndian.Uint64(hdr[16:]), uint64(cfg.KeysPerGeneration), formatUint},
+		{"filter.false_positive_rate", binary.BigEndian.Uint64(hdr[24:]), math.Float64bits(cfg.FalsePositiveRate), formatFloatBits},
+		{"bloom parameters m", binary.BigEndian.Uint64(hdr[32:]), uint64(m), formatUint},
+		{"bloom parameters k", binary.BigEndian.Uint64(hdr[40:]), uint64(k), formatUint},
+		{"bitset byte order", uint64(binary.BigEndian.Uint16(hdr[10:])), uint64(wordOrderFlag()), formatOrder},
+	} {
+		if c.got != c.want {
+			return nil, &MismatchError{Field: c.field, Snapshot: c.format(c.got), Want: c.format(c.want)}
+		}
+	}
+
+	f := newFilter(cfg, binary.BigEndian.Uint64(hdr[56:]))
+	f.tag = binary.BigEndian.Uint64(hdr[48:])
+	idx := f.head
+	for i := range f.nlive {
+		if err := f.slots[idx].read(cr, f.cur-uint64(i), f.m, f.k); err != nil {
+			return nil, err
+		}
+		idx = f.prev(idx)
+	}
+
+	computed := cr.crc
+	var trailer [4]byte
+	if err := cr.readFull(trailer[:]); err != nil {
+		return nil, err
+	}
+	if got := binary.BigEndian.Uint32(trailer[:]); got != computed {
+		return nil, &CorruptError{Offset: cr.n, Reason: fmt.Sprintf("checksum %08x, computed %08x", got, computed)}
+	}
+	return f, nil
+}
+
+// snapshotSize is the number of bytes WriteTo writes.
+func (f *Filter) snapshotSize() int64 {
+	per := genHeaderLen + bloomHeaderLen + 8*int64(len(f.slots[0].words))
+	return headerLen + 4 + int64(f.nlive)*per + 4
+}
+
+// read fills s, already sized for m bits, with the generation gen.
+func (s *slot) read(cr *crcReader, gen, m, k uint64) error {
+	var gh [genHeaderLen + bloomHeaderLen]byte
+	if err := cr.readFull(gh[:]); err != nil {
+		return err
+	}
+	if got := binary.BigEndian.Uint64(gh[0:]); got != gen {
+		return &CorruptError{Offset: cr.n, Reason: fmt.Sprintf("generation %d where %d belongs", got, gen)}
+	}
+	s.added = binary.BigEndian.Uint64(gh[8:])
+	bh := gh[genHeaderLen:]
+	// Check the sizes before bitset.ReadFrom trusts them with an allocation.
+	if gm, gk, gl := binary.BigEndian.Uint64(bh[0:]), binary.BigEndian.Uint64(bh[8:]), bitset.BinaryOrder().Uint64(bh[16:]); gm != m || gk != k || gl != m {
+		return &CorruptError{Offset: cr.n, Reason: fmt.Sprintf("generation %d: bloom m=%d k=%d bits=%d, header says m=%d k=%d", gen, gm, gk, gl, m, k)}
+	}
+	// bitset.ReadFrom reuses the words already allocated: same length.
+	bs := s.bf.BitSet()
+	if _, err := bs.ReadFrom(io.MultiReader(bytes.NewReader(bh[16:]), cr)); err != nil {
+		return cr.wrap(fmt.Sprintf("generation %d bitset", gen), err)
+	}
+	s.words = bs.Words()
+	return nil
+}
+
+func wordOrderFlag() uint16 {
+	if bitset.BinaryOrder() == binary.ByteOrder(binary.LittleEndian) {
+		return flagLittleEndian
+	}
+	return 0
+}
+
+func formatUint(v uint64) string { return strconv.FormatUint(v, 10) }
+
+func formatFloatBits(v uint64) string {
+	return strconv.FormatFloat(math.Float64frombits(v), 'g', -1, 64)
+}
+
+func formatOrder(v uint64) string {
+	if v&flagLittleEndian != 0 {
+		return "little-endian"
+	}
+	return "big-endian"
+}
+
+// crcWriter counts and checksums what passes through it.
+type crcWriter struct {
+	w   io.Writer
+	crc uint32
+	n   int64
+}
+
+func (c *crcWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+// crcReader counts and checksums what passes through it.
+type crcReader struct {
+	r   io.Reader
+	crc uint32
+	n   int64
+}
+
+func (c *crcReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *crcReader) readFull(p []byte) error {
+	if _, err := io.ReadFull(c, p); err != nil {
+		return c.wrap("", err)
+	}
+	return nil
+}
+
+// wrap turns a short read into a *CorruptError and other read errors into
+// plain errors naming the offset.
+func (c *crcReader) wrap(what string, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		reason := "truncated"
+		if what != "" {
+			reason = what + " truncated"
+		}
+		return &CorruptError{Offset: c.n, Reason: reason, Err: io.ErrUnexpectedEOF}
+	}
+	if what != "" {
+		return fmt.Errorf("filter: read snapshot at byte %d: %s: %w", c.n, what, err)
+	}
+	return fmt.Errorf("filter: read snapshot at byte %d: %w", c.n, err)
+}
