@@ -1,0 +1,126 @@
+package statestore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/dedupstream/dedupstream/partition"
+)
+
+// Key layout (see doc.go):
+//
+//	metadata: 0x00 name
+//	bucket:   0x01 gen(8, big-endian) hash(16, big-endian)
+//
+// Metadata sorts before every bucket, so a DeleteRange over buckets never
+// touches it, and the bucket keyspace is the single span [0x01, 0x02).
+const (
+	prefixMeta   byte = 0x00
+	prefixBucket byte = 0x01
+	prefixEnd    byte = 0x02 // exclusive upper bound of the bucket keyspace
+
+	bucketKeyLen = 1 + 8 + 16
+	genPrefixLen = 1 + 8
+)
+
+var (
+	metaStateKey  = []byte{prefixMeta, 's'}
+	metaFloorKey  = []byte{prefixMeta, 'f'}
+	metaFormatKey = []byte{prefixMeta, 'v'}
+
+	bucketsStart = []byte{prefixBucket}
+	bucketsEnd   = []byte{prefixEnd}
+)
+
+// layoutVersion is stored in the format key; bump it on an incompatible
+// change of the key or value encoding.
+const layoutVersion = 1
+
+const (
+	formatFlagVersionMode = 1 << 0
+)
+
+// putBucketKey writes the key of (gen, h) into k, which must be bucketKeyLen
+// bytes long.
+func putBucketKey(k []byte, gen uint64, h partition.Hash) {
+	k[0] = prefixBucket
+	binary.BigEndian.PutUint64(k[1:9], gen)
+	h.Put(k[9:25])
+}
+
+// genStart returns the first key of bucket gen. For gen == MaxUint64+1 (that
+// is, the end of the last possible bucket) use bucketsEnd.
+func genStart(gen uint64) []byte {
+	k := make([]byte, genPrefixLen)
+	k[0] = prefixBucket
+	binary.BigEndian.PutUint64(k[1:], gen)
+	return k
+}
+
+// genEnd returns the exclusive upper bound of bucket gen.
+func genEnd(gen uint64) []byte {
+	if gen == math.MaxUint64 {
+		return bucketsEnd
+	}
+	return genStart(gen + 1)
+}
+
+// parseBucketKey splits a bucket key. ok is false for keys of another shape.
+func parseBucketKey(k []byte) (gen uint64, h partition.Hash, ok bool) {
+	if len(k) != bucketKeyLen || k[0] != prefixBucket {
+		return 0, partition.Hash{}, false
+	}
+	return binary.BigEndian.Uint64(k[1:9]), partition.HashFromBytes(k[9:25]), true
+}
+
+// maxValueLen is the longest value: a uvarint version.
+const maxValueLen = binary.MaxVarintLen64
+
+// decodeVersion reads a value. Empty values (mode "first") read as 0.
+func decodeVersion(v []byte) (uint64, error) {
+	if len(v) == 0 {
+		return 0, nil
+	}
+	x, n := binary.Uvarint(v)
+	if n <= 0 || n != len(v) {
+		return 0, fmt.Errorf("statestore: corrupt value %x", v)
+	}
+	return x, nil
+}
+
+// State encoding: version byte, uvarint Seq, uvarint Generation, then the
+// opaque checkpoint bytes to the end.
+const stateEncoding = 1
+
+func appendState(dst []byte, st State) []byte {
+	dst = append(dst, stateEncoding)
+	dst = binary.AppendUvarint(dst, st.Seq)
+	dst = binary.AppendUvarint(dst, st.Generation)
+	return append(dst, st.Checkpoint...)
+}
+
+var errCorruptState = errors.New("statestore: corrupt state record")
+
+func decodeState(v []byte) (State, error) {
+	if len(v) < 1 || v[0] != stateEncoding {
+		return State{}, errCorruptState
+	}
+	v = v[1:]
+	seq, n := binary.Uvarint(v)
+	if n <= 0 {
+		return State{}, errCorruptState
+	}
+	v = v[n:]
+	gen, n := binary.Uvarint(v)
+	if n <= 0 {
+		return State{}, errCorruptState
+	}
+	v = v[n:]
+	st := State{Seq: seq, Generation: gen}
+	if len(v) > 0 {
+		st.Checkpoint = append([]byte(nil), v...)
+	}
+	return st, nil
+}

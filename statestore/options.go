@@ -1,0 +1,199 @@
+package statestore
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Defaults of Options. They are exported so that configuration code can
+// document them without repeating the numbers.
+const (
+	DefaultCacheSize    int64  = 128 << 20
+	DefaultMemTableSize uint64 = 64 << 20
+)
+
+// minMemTableSize keeps MemTableSize above Pebble's smallest useful memtable;
+// tests use small memtables to force flushes, production uses DefaultMemTableSize.
+const minMemTableSize = 64 << 10
+
+// Options configures a Store. The zero value is valid: every field has a
+// default.
+type Options struct {
+	// FS is the file system the store lives on. Tests pass an errorfs or a
+	// crashable in-memory FS.
+	//
+	// The default value is vfs.Default.
+	FS vfs.FS
+
+	// CacheSize is the size of the block cache in bytes. It should hold the
+	// sstable index and Bloom filter blocks of the whole store (about 1.3
+	// bytes per key for a 10 bits/key filter, plus ~1 % of the data for
+	// indexes) so that a Get costs at most one data-block read. Pebble
+	// charges memtables to its block cache; the store adds their budget
+	// (3*MemTableSize) on top, so CacheSize is all for blocks.
+	//
+	// The default value is 128 MiB (DefaultCacheSize).
+	CacheSize int64
+
+	// MemTableSize is the size of one memtable in bytes. A large memtable
+	// absorbs more Commits before a flush and makes each L0 file cover a
+	// larger share of the current generation. Up to two memtables exist at a
+	// time (the mutable one and the one being flushed).
+	//
+	// The default value is 64 MiB (DefaultMemTableSize); DESIGN asks for at
+	// least that in production. Values below 64 KiB are rejected.
+	MemTableSize uint64
+
+	// DisableWAL turns Pebble's write-ahead log off. See "Crash semantics" in
+	// the package documentation: with the WAL (the default) a Commit
+	// survives a process crash once Pebble's WAL buffer reached the OS
+	// (milliseconds), and a machine crash once Flush returns; without the
+	// WAL every Commit since the last memtable flush is lost on any crash,
+	// and the job re-reads those keys from the output topic. Either way the
+	// store reopens at a consistent Commit. The WAL costs ~15 % of ingest.
+	//
+	// The default value is false (WAL on, written but not synced per Commit).
+	DisableWAL bool
+
+	// Logger receives Pebble's log lines and the store's own events (write
+	// stalls, background errors, fatal errors).
+	//
+	// The default value is a logger that discards everything; fatal errors
+	// still surface through Err and the returned errors.
+	Logger *slog.Logger
+
+	// VersionMode stores a version per key (dedup mode "version"); otherwise
+	// values are empty (mode "first"). The mode is recorded in the store and
+	// a store cannot be reopened in the other mode.
+	//
+	// The default value is false.
+	VersionMode bool
+
+	// tune, when set, adjusts the Pebble options after the store has set its
+	// own. It exists for the option measurements in the benchmarks.
+	tune func(*pebble.Options)
+}
+
+func (o *Options) applyDefaults() {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = DefaultCacheSize
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = DefaultMemTableSize
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// validate reports every problem, one per line, each naming its field.
+func (o *Options) validate() error {
+	var errs []error
+	if o.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("statestore: cache_size: must be >= 0, got %d", o.CacheSize))
+	}
+	if o.MemTableSize < minMemTableSize {
+		errs = append(errs, fmt.Errorf("statestore: memtable_size: must be >= %d, got %d", minMemTableSize, o.MemTableSize))
+	}
+	if o.MemTableSize >= 4<<30 {
+		errs = append(errs, fmt.Errorf("statestore: memtable_size: must be < 4 GiB, got %d", o.MemTableSize))
+	}
+	return errors.Join(errs...)
+}
+
+// memTableStopWrites is Pebble's MemTableStopWritesThreshold: at most this
+// many memtables are queued before writes stall.
+const memTableStopWrites = 2
+
+// pebbleCacheSize is the size of Pebble's block cache. Pebble charges every
+// allocated memtable to the block cache (cache.Reserve), so a 128 MiB cache
+// with 64 MiB memtables would hold no blocks at all once two memtables
+// exist. We add the memtable budget (the queued memtables plus the one Pebble
+// keeps for recycling) so that CacheSize bytes are left for blocks.
+func (o *Options) pebbleCacheSize() int64 {
+	return o.CacheSize + int64(memTableStopWrites+1)*int64(o.MemTableSize)
+}
+
+// bloomBitsPerKey gives a ~1 % false-positive rate per sstable; a Get miss
+// then touches a data block in ~1 % of the tables it consults.
+const bloomBitsPerKey = 10
+
+// pebbleOptions translates Options into Pebble's. Each choice is explained
+// where it is made; the numbers behind them are in the package documentation
+// ("Pebble options") and were measured with the benchmarks in this package.
+func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.Options {
+	po := &pebble.Options{
+		// Write errors end the store before Pebble sees them (guardFS).
+		FS:    guardFS{FS: o.FS, fatal: fatal},
+		Cache: cache,
+		// Fatalf records the error instead of exiting the process.
+		Logger: pebbleLogger{log: o.Logger, fatal: fatal},
+		// Our own listener turns flush and compaction failures into fatal
+		// store errors instead of letting writes stall forever.
+		EventListener: eventListener(o.Logger, fatal),
+		// The newest on-disk format: columnar blocks and the range-deletion
+		// optimisations that make whole-bucket expiry cheap.
+		FormatMajorVersion: pebble.FormatNewest,
+		MemTableSize:       o.MemTableSize,
+		// Two memtables (one filling, one flushing) bound memtable memory
+		// at 2*MemTableSize per store (plus one kept for recycling); a stall
+		// there means the disk cannot keep up, and more memtables would only
+		// postpone it.
+		MemTableStopWritesThreshold: memTableStopWrites,
+		DisableWAL:                  o.DisableWAL,
+		// Our keys are uniformly random within a generation, so every flush
+		// overlaps every other L0 file of the current generation and must
+		// be compacted into Lbase soon (Pebble's 4 sublevels); but a burst
+		// of flushes while a long Lbase compaction runs should not stop
+		// commits, hence a stop threshold of 24 instead of 12. Ingest was
+		// the same within noise as with Pebble's values at 3M keys.
+		L0CompactionThreshold: 4,
+		L0StopWritesThreshold: 24,
+		// Lbase must hold several flushes worth of data, otherwise every
+		// flush cascades into an Lbase->Lbase+1 compaction.
+		LBaseMaxBytes: 4 * int64(o.MemTableSize),
+		// One background compaction, a second only when compaction debt
+		// piles up (Pebble's default allows one): on a 2-core host more
+		// would take CPU from the stage. (1,1) measured the same at 3M keys;
+		// the second slot keeps L0 from waiting behind a long compaction of
+		// a grown store.
+		CompactionConcurrencyRange: func() (int, int) { return 1, 2 },
+		// Expire's range deletion only frees disk once it is in an sstable;
+		// under a light load the memtable may take hours to fill, so flush
+		// it soon after a range deletion instead.
+		FlushDelayDeleteRange: 10 * time.Second,
+	}
+	// Larger L0 files: a flush of a 64 MiB memtable yields ~4 files instead
+	// of ~30 at Pebble's 2 MiB default, fewer files for every later
+	// compaction and Get to consider. Deeper levels double from there.
+	po.TargetFileSizes[0] = 16 << 20
+	for i := range po.Levels {
+		l := &po.Levels[i]
+		// A Bloom filter on every level: a Lookup probes several
+		// generations and finds the key in at most one, and a false
+		// positive of the Bloom front is in none; without filters each such
+		// probe reads a data block per level. Reads use the last level's
+		// filters too (see reader in store.go).
+		l.FilterPolicy = bloom.FilterPolicy(bloomBitsPerKey)
+		l.FilterType = pebble.TableFilter
+		// Keys are 128-bit hashes: after the shared bucket prefix (which the
+		// columnar block format strips) they are random bytes that no
+		// compressor shrinks. Snappy: 89 MiB vs 87 MiB at 4M keys; it would
+		// only cost CPU on every flush, compaction and block read.
+		l.Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+	}
+	if o.tune != nil {
+		o.tune(po)
+	}
+	return po
+}
