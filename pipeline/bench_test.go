@@ -1,0 +1,196 @@
+package pipeline
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dedupstream/dedupstream/partition"
+)
+
+// The engine benchmarks measure a stage alone (no broker): key extraction,
+// hashing, collapse, Bloom front, Pebble confirm and a state commit per
+// batch of benchBatch records. The window (24h, 4 generations) is pre-filled
+// with the named number of keys arriving at a steady rate, and the timed
+// stream goes on at that rate, so generations rotate and expire as in
+// production. Duplicates repeat a uniformly chosen key of the window (far
+// repeats: the expensive kind, each one a store read). Keys are 16 to 36
+// bytes. The in-memory map ceiling runs the same stream in the same run.
+//
+//	make bench BENCH=Engine
+const benchBatch = 10_000
+
+// keyStream makes deterministic business keys of 16 to 36 bytes and the
+// batches that carry them.
+type keyStream struct {
+	next   uint64  // keys 0..next-1 were emitted
+	span   uint64  // keys per window: the last span keys are in the window
+	stepMs float64 // record time between two new keys
+	rng    *rand.Rand
+	dup    float64
+	arena  []byte
+	recs   []Record
+}
+
+const benchWindow = 24 * time.Hour
+
+func newKeyStream(keysPerWindow int) *keyStream {
+	return &keyStream{
+		span:   uint64(keysPerWindow),
+		stepMs: float64(benchWindow.Milliseconds()) / float64(keysPerWindow),
+		rng:    rand.New(rand.NewPCG(1, 2)),
+		arena:  make([]byte, 0, benchBatch*40),
+		recs:   make([]Record, benchBatch),
+	}
+}
+
+// benchEpochMs is the record time of key 0.
+const benchEpochMs = 1_700_000_000_000
+
+const keyPad = "-abcdefghijklmnopqrstuvwxyz"
+
+// appendKey writes key i: "ord-" + 12 digits, padded by i%21 bytes.
+func appendKey(dst []byte, i uint64) []byte {
+	dst = append(dst, "ord-"...)
+	start := len(dst)
+	dst = strconv.AppendUint(dst, i, 10)
+	for len(dst)-start < 12 {
+		dst = append(dst, '0')
+	}
+	return append(dst, keyPad[:i%21]...)
+}
+
+// batch fills the next n records; fresh=true makes only new keys.
+func (k *keyStream) batch(n int, fresh bool) []Record {
+	k.arena = k.arena[:0]
+	for i := range n {
+		id := k.next
+		if !fresh && k.next > 0 && k.rng.Float64() < k.dup {
+			id = k.next - 1 - k.rng.Uint64N(min(k.next, k.span))
+		} else {
+			k.next++
+		}
+		start := len(k.arena)
+		k.arena = appendKey(k.arena, id)
+		k.recs[i].Key = k.arena[start:len(k.arena):len(k.arena)]
+		k.recs[i].TimestampMs = benchEpochMs + int64(float64(k.next)*k.stepMs)
+	}
+	return k.recs[:n]
+}
+
+// benchEnv is a pre-filled stage kept across the b.N rounds of one size.
+type benchEnv struct {
+	dir    string
+	stage  *Stage
+	stream *keyStream
+	seen   map[partition.Hash]struct{}
+}
+
+var benchEnvs = map[string]*benchEnv{}
+
+func openBenchEnv(b *testing.B, keys int, ceiling bool) *benchEnv {
+	name := fmt.Sprintf("%d/%v", keys, ceiling)
+	if e, ok := benchEnvs[name]; ok {
+		return e
+	}
+	e := &benchEnv{stream: newKeyStream(keys)}
+	start := time.Now()
+	if ceiling {
+		e.seen = make(map[partition.Hash]struct{}, keys*11/10)
+		for e.stream.next < uint64(keys) {
+			for _, r := range e.stream.batch(benchBatch, true) {
+				e.seen[partition.HashKey(r.Key)] = struct{}{}
+			}
+		}
+	} else {
+		dir, err := os.MkdirTemp("", "engine-bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.dir = dir
+		cfg := Config{Window: benchWindow, ExpectedKeys: uint(keys)}
+		st, err := Open(dir, cfg, Options{Clock: func() time.Time { return time.UnixMilli(benchEpochMs + 1000*benchWindow.Milliseconds()) }})
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.stage = st
+		var out []Decision
+		for e.stream.next < uint64(keys) {
+			if out, _, err = st.Process(e.stream.batch(benchBatch, true), out[:0]); err != nil {
+				b.Fatal(err)
+			}
+			if err := st.Commit(nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Logf("prefilled %d keys (ceiling=%v) in %v", keys, ceiling, time.Since(start).Round(time.Millisecond))
+	benchEnvs[name] = e
+	return e
+}
+
+func closeBenchEnvs() {
+	for name, e := range benchEnvs {
+		if e.stage != nil {
+			e.stage.Close()
+			os.RemoveAll(e.dir)
+		}
+		delete(benchEnvs, name)
+	}
+}
+
+func BenchmarkEngine(b *testing.B) {
+	defer closeBenchEnvs()
+	for _, keys := range []int{1_000_000, 10_000_000} {
+		for _, dup := range []float64{0.01, 0.05, 0.20} {
+			name := fmt.Sprintf("keys=%dM/dup=%d%%", keys/1_000_000, int(dup*100))
+			b.Run(name+"/stage", func(b *testing.B) { benchStage(b, openBenchEnv(b, keys, false), dup) })
+			b.Run(name+"/map-ceiling", func(b *testing.B) { benchMap(b, openBenchEnv(b, keys, true), dup) })
+		}
+	}
+}
+
+func benchStage(b *testing.B, e *benchEnv, dup float64) {
+	e.stream.dup = dup
+	out := make([]Decision, 0, benchBatch)
+	var c Counts
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += benchBatch {
+		recs := e.stream.batch(min(benchBatch, b.N-done), false)
+		var bc Counts
+		var err error
+		if out, bc, err = e.stage.Process(recs, out[:0]); err != nil {
+			b.Fatal(err)
+		}
+		if err := e.stage.Commit(nil); err != nil {
+			b.Fatal(err)
+		}
+		c.Add(bc)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	if c.In > 0 {
+		b.ReportMetric(float64(c.StoreReads)/float64(c.In), "reads/record")
+		b.ReportMetric(float64(c.DroppedBatch+c.DroppedHistory)/float64(c.In), "dup-ratio")
+	}
+}
+
+func benchMap(b *testing.B, e *benchEnv, dup float64) {
+	e.stream.dup = dup
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += benchBatch {
+		for _, r := range e.stream.batch(min(benchBatch, b.N-done), false) {
+			h := partition.HashKey(r.Key)
+			if _, ok := e.seen[h]; !ok {
+				e.seen[h] = struct{}{}
+			}
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}

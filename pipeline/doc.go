@@ -1,0 +1,76 @@
+// Package pipeline is the stage core of dedupstream: for one business-key
+// partition it decides, record by record, whether to emit, drop or
+// dead-letter, and it keeps the state that makes those decisions exact and
+// durable.
+//
+// A Stage owns one partition p. It has its own Bloom front
+// (package filter), its own exact store (package statestore, Pebble on disk)
+// and, in the job, its own transactional producer writing only to output
+// partition p. Nothing is global: the clock and the state directory are
+// passed in, so tests run several stages side by side.
+//
+// # Decisions
+//
+// For every record of a fetched batch, in input order:
+//
+//  1. The business key is extracted (package partition) and hashed once to
+//     128 bits. A record whose key cannot be extracted, or whose version
+//     field is missing in version mode, or that is larger than
+//     Config.MaxRecordBytes, is sent to the DLQ with a reason.
+//  2. Collapse: a key already emitted in the open commit cycle (the records
+//     processed since the last Commit, which may span several fetched
+//     batches) is dropped with reason "batch". This needs no lookup.
+//  3. Bloom front: the filter names the live generations that may hold the
+//     key. None means "definitely new": the key is emitted without a disk
+//     read.
+//  4. Exact confirm: otherwise the store is read in exactly those
+//     generations. A hit is a duplicate from history (reason "history"); a
+//     miss is a Bloom false positive and the key is emitted. A false positive
+//     therefore costs one read and never drops a record.
+//
+// In Mode "first" (default) any repeat inside the window is dropped. In Mode
+// "version" a record is kept only if its version field is greater than the
+// version last emitted for its key within the window (CDC updates, replays).
+//
+// # The window
+//
+// Time is cut into generations of Window/Generations each. The stage keeps
+// Generations+1 generations live: a key emitted in generation g is remembered
+// while g is live, so it is remembered for at least Window and at most
+// Window + Window/Generations. When the clock enters a new generation the
+// oldest one is dropped whole: one Pebble DeleteRange and a Bloom sub-filter
+// reset.
+//
+// The clock is read once per Process call (one fetched batch). With
+// TimeBase "record" (default) it is the largest record timestamp seen so far,
+// never moving backwards, so replays and restores decide the same way as the
+// original run; timestamps more than MaxFutureSkew ahead of the wall clock
+// are clamped to the wall clock so one bad producer clock cannot expire the
+// whole window. With TimeBase "processing" it is the wall clock.
+//
+// # Delivery guarantees
+//
+// Decisions are staged in memory until Commit, which writes the cycle's keys,
+// the current generation and the caller's checkpoint (input offsets, next
+// output offset) in one atomic Pebble batch. The job calls Commit only after
+// the Kafka transaction carrying the cycle's output has committed, and Abort
+// after it aborted; after Abort the same input is processed again and decided
+// the same way.
+//
+// # Recovery
+//
+// Open loads the Bloom snapshot written by the last clean Close. The snapshot
+// is consumed (deleted) as it is read and is used only if it covers exactly
+// the store's last commit; otherwise, after a crash, the filter is rebuilt by
+// scanning the live generations of the store. Either way every key in the
+// store is covered by the filter before the first record is decided. The
+// store itself may lag the output topic after a crash (its WAL is not
+// synced): the job re-reads the committed output from the checkpoint and
+// feeds those keys back with Restore before processing input.
+//
+// # Rebalancing
+//
+// A stage is bound to one partition and one state directory. When the
+// partition moves, the old owner closes its stage; the new owner opens one
+// and restores from the committed output (see the job for the protocol).
+package pipeline

@@ -1,0 +1,387 @@
+package pipeline
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dedupstream/dedupstream/filter"
+	"github.com/dedupstream/dedupstream/partition"
+	"github.com/dedupstream/dedupstream/statestore"
+)
+
+// ErrClosed is returned by every method of a closed stage.
+var ErrClosed = errors.New("pipeline: stage closed")
+
+// snapshotFile is the Bloom snapshot written by Close, next to the store.
+const snapshotFile = "bloom.snapshot"
+
+// Options are the resources a stage is given rather than configured with.
+type Options struct {
+	// Clock is the wall clock. The default value is time.Now.
+	Clock func() time.Time
+	// Logger receives restore and recovery messages. The default value
+	// discards them.
+	Logger *slog.Logger
+	// Store tunes the Pebble store; VersionMode is set from Config.Mode.
+	Store statestore.Options
+}
+
+// pending is a key emitted in the open commit cycle.
+type pending struct {
+	gen     uint64
+	version uint64
+}
+
+// Stage decides emit, drop or DLQ for the records of one partition and keeps
+// the state behind those decisions. A Stage is not safe for concurrent use.
+type Stage struct {
+	cfg    Config
+	win    window
+	ext    *partition.Extractor
+	clock  func() time.Time
+	log    *slog.Logger
+	dir    string
+	store  *statestore.Store
+	filter *filter.Filter
+
+	nowMs   int64  // stage clock, Unix ms, never decreasing
+	cur     uint64 // current (newest) generation
+	expired uint64 // every generation below this is dropped from the store
+
+	cycle  map[partition.Hash]pending // keys emitted since the last Commit
+	batch  *statestore.Batch
+	keyBuf []byte
+	cands  []uint64
+	err    error // sticky: a failed store stops the stage
+}
+
+// Open opens (or creates) the stage state in dir and makes the Bloom front
+// cover every key in the store before it returns.
+func Open(dir string, cfg Config, opts Options) (*Stage, error) {
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	ext, err := partition.NewExtractor(cfg.Key, cfg.MaxKeyBytes)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: dedup.key: %w", err)
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	opts.Store.VersionMode = cfg.Mode == ModeVersion
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pipeline: %w", err)
+	}
+	store, err := statestore.Open(filepath.Join(dir, "store"), opts.Store)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stage{
+		cfg:    cfg,
+		win:    newWindow(&cfg),
+		ext:    ext,
+		clock:  opts.Clock,
+		log:    opts.Logger,
+		dir:    dir,
+		store:  store,
+		cycle:  make(map[partition.Hash]pending),
+		batch:  store.NewBatch(),
+		keyBuf: make([]byte, 0, 256),
+		cands:  make([]uint64, 0, cfg.Generations+1),
+	}
+	st := store.State()
+	s.cur = st.Generation
+	s.nowMs = int64(s.cur) * s.win.spanMs
+	if err := s.loadFilter(st.Seq); err != nil {
+		store.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Stage) filterConfig() filter.Config {
+	perGen := s.cfg.ExpectedKeys / uint(s.cfg.Generations)
+	if perGen == 0 {
+		perGen = 1
+	}
+	return filter.Config{
+		KeysPerGeneration: perGen,
+		FalsePositiveRate: s.cfg.FalsePositiveRate,
+		Generations:       int(s.win.live),
+	}
+}
+
+// loadFilter restores the Bloom front from the snapshot of the last clean
+// Close when it covers exactly store commit seq, and rebuilds it from the
+// store otherwise. The snapshot is deleted once read, so a later crash can
+// never bring back a snapshot that misses keys committed after it.
+func (s *Stage) loadFilter(seq uint64) error {
+	cfg := s.filterConfig()
+	path := filepath.Join(s.dir, snapshotFile)
+	f, err := filter.LoadFile(path, cfg)
+	if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
+		return fmt.Errorf("pipeline: consume bloom snapshot: %w", rmErr)
+	}
+	switch {
+	case err == nil && f.Tag() == seq && f.Current() == s.cur:
+		s.filter = f
+		s.log.Info("bloom front restored from snapshot", "dir", s.dir, "seq", seq)
+		return nil
+	case err == nil:
+		s.log.Warn("bloom snapshot is stale, rebuilding from the store", "dir", s.dir, "snapshot_seq", f.Tag(), "store_seq", seq)
+	case !errors.Is(err, os.ErrNotExist):
+		s.log.Warn("bloom snapshot unusable, rebuilding from the store", "dir", s.dir, "err", err)
+	}
+	return s.rebuildFilter(cfg)
+}
+
+// rebuildFilter scans the live generations of the store into a new filter.
+func (s *Stage) rebuildFilter(cfg filter.Config) error {
+	start := time.Now()
+	f, err := filter.New(cfg, s.cur)
+	if err != nil {
+		return fmt.Errorf("pipeline: %w", err)
+	}
+	var keys int
+	for g := s.win.oldestLive(s.cur); g <= s.cur; g++ {
+		err := s.store.ScanGeneration(g, func(h partition.Hash, _ uint64) error {
+			f.AddTo(g, h)
+			keys++
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("pipeline: rebuild bloom front: generation %d: %w", g, err)
+		}
+	}
+	f.SetTag(s.store.State().Seq)
+	s.filter = f
+	s.log.Info("bloom front rebuilt from the store", "dir", s.dir, "keys", keys, "took", time.Since(start))
+	return nil
+}
+
+// advance moves the stage clock for a batch and rotates generations.
+func (s *Stage) advance(in []Record) {
+	wall := s.clock().UnixMilli()
+	now := s.nowMs
+	if s.cfg.TimeBase == ProcessingTime {
+		now = max(now, wall)
+	} else {
+		limit := wall + s.cfg.MaxFutureSkew.Milliseconds()
+		for i := range in {
+			ts := in[i].TimestampMs
+			if ts > limit {
+				ts = wall
+			}
+			now = max(now, ts)
+		}
+	}
+	s.nowMs = now
+	if g := s.win.gen(now); g > s.cur {
+		s.cur = g
+		s.filter.Advance(g)
+	}
+}
+
+// Process decides every record of in, appends one Decision per record to
+// out and returns it with the batch's counters. Emitted keys are staged
+// until Commit or Abort. An error means the store failed; the stage is then
+// unusable and the caller must abort its transaction and stop.
+func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error) {
+	var c Counts
+	if s.err != nil {
+		return out, c, s.err
+	}
+	s.advance(in)
+	oldest := s.win.oldestLive(s.cur)
+	for i := range in {
+		d, err := s.decide(&in[i], oldest, &c)
+		if err != nil {
+			s.err = fmt.Errorf("pipeline: lookup: %w", err)
+			return out, c, s.err
+		}
+		out = append(out, d)
+	}
+	c.In = uint64(len(in))
+	return out, c, nil
+}
+
+func (s *Stage) decide(r *Record, oldest uint64, c *Counts) (Decision, error) {
+	if r.size() > s.cfg.MaxRecordBytes {
+		c.DeadLettered++
+		return Decision{Verdict: DeadLetter, Reason: ReasonRecordTooLarge}, nil
+	}
+	key, err := s.ext.Extract(s.keyBuf[:0], &r.Record)
+	if err != nil {
+		c.DeadLettered++
+		return Decision{Verdict: DeadLetter, Reason: reasonOf(err)}, nil
+	}
+	s.keyBuf = key[:0]
+	h := partition.HashKey(key)
+	var version uint64
+	if s.cfg.Mode == ModeVersion {
+		if version, err = partition.ExtractUint(&r.Record, s.cfg.Version); err != nil {
+			c.DeadLettered++
+			return Decision{Verdict: DeadLetter, Reason: reasonOf(err)}, nil
+		}
+	}
+
+	// Collapse: a key emitted in the open cycle needs no lookup.
+	if p, ok := s.cycle[h]; ok && p.gen >= oldest {
+		if !s.newer(version, p.version) {
+			c.DroppedBatch++
+			return Decision{Verdict: DropBatch}, nil
+		}
+		return s.emit(h, version, c), nil
+	}
+
+	// Bloom front, then exact confirmation in the generations it names.
+	s.cands = s.filter.Candidates(h, s.cands[:0])
+	if len(s.cands) == 0 {
+		c.BloomNegative++
+		return s.emit(h, version, c), nil
+	}
+	c.StoreReads++
+	_, stored, found, err := s.store.Lookup(h, s.cands)
+	if err != nil {
+		return Decision{}, err
+	}
+	if !found {
+		c.FalsePositives++
+		return s.emit(h, version, c), nil
+	}
+	if !s.newer(version, stored) {
+		c.DroppedHistory++
+		return Decision{Verdict: DropHistory}, nil
+	}
+	return s.emit(h, version, c), nil
+}
+
+// newer reports whether a record with version v supersedes the one stored
+// with version old. In ModeFirst nothing supersedes.
+func (s *Stage) newer(v, old uint64) bool {
+	return s.cfg.Mode == ModeVersion && v > old
+}
+
+func (s *Stage) emit(h partition.Hash, version uint64, c *Counts) Decision {
+	s.cycle[h] = pending{gen: s.cur, version: version}
+	s.filter.Add(h)
+	c.Emitted++
+	return Decision{Verdict: Emit}
+}
+
+// reasonOf names the DLQ reason of a key or version extraction failure.
+func reasonOf(err error) string {
+	if ke, ok := err.(*partition.KeyError); ok {
+		return ke.Reason.String()
+	}
+	return "invalid_record"
+}
+
+// Commit makes the open cycle's keys durable together with checkpoint (the
+// caller's input offsets and next output offset) in one atomic batch, then
+// drops generations that left the window. Call it after the Kafka
+// transaction carrying the cycle's output committed.
+func (s *Stage) Commit(checkpoint []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	oldest := s.win.oldestLive(s.cur)
+	for h, p := range s.cycle {
+		if p.gen >= oldest {
+			s.batch.Put(p.gen, h, p.version)
+		}
+	}
+	if _, err := s.store.Commit(s.batch, statestore.State{Generation: s.cur, Checkpoint: checkpoint}); err != nil {
+		s.err = fmt.Errorf("pipeline: commit: %w", err)
+		return s.err
+	}
+	clear(s.cycle)
+	if oldest > s.expired {
+		if err := s.store.Expire(oldest); err != nil {
+			s.err = fmt.Errorf("pipeline: expire below generation %d: %w", oldest, err)
+			return s.err
+		}
+		s.expired = oldest
+	}
+	return nil
+}
+
+// Abort forgets the open cycle: its transaction did not commit, and the
+// same input will be processed again. Keys it added to the Bloom front stay
+// there; they can only cost a store read, never a drop.
+func (s *Stage) Abort() {
+	clear(s.cycle)
+	s.batch.Reset()
+}
+
+// Restore records keys that the committed output holds but the store does
+// not (the store lags the output after a crash). in are the output records
+// read back from the checkpoint's output offset; checkpoint is committed
+// with them.
+func (s *Stage) Restore(in []Record, checkpoint []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.Abort()
+	s.advance(in)
+	for i := range in {
+		key, err := s.ext.Extract(s.keyBuf[:0], &in[i].Record)
+		if err != nil {
+			return fmt.Errorf("pipeline: restore: output record %d: %w", i, err)
+		}
+		s.keyBuf = key[:0]
+		var version uint64
+		if s.cfg.Mode == ModeVersion {
+			if version, err = partition.ExtractUint(&in[i].Record, s.cfg.Version); err != nil {
+				return fmt.Errorf("pipeline: restore: output record %d: %w", i, err)
+			}
+		}
+		var c Counts
+		s.emit(partition.HashKey(key), version, &c)
+	}
+	return s.Commit(checkpoint)
+}
+
+// State is the store's last committed state: its checkpoint is what the
+// job resumes from.
+func (s *Stage) State() statestore.State { return s.store.State() }
+
+// Generation is the stage's current (newest) generation.
+func (s *Stage) Generation() uint64 { return s.cur }
+
+// Filter exposes the Bloom front for statistics.
+func (s *Stage) Filter() *filter.Filter { return s.filter }
+
+// Store exposes the exact store for statistics.
+func (s *Stage) Store() *statestore.Store { return s.store }
+
+// Close forgets the open cycle, writes the Bloom snapshot that lets the
+// next Open skip the rebuild, and closes the store. After a store failure
+// no snapshot is written and the next Open rebuilds.
+func (s *Stage) Close() error {
+	if s.store == nil {
+		return ErrClosed
+	}
+	s.Abort()
+	var errs []error
+	if s.err == nil {
+		s.filter.SetTag(s.store.State().Seq)
+		if err := filter.SaveFile(filepath.Join(s.dir, snapshotFile), s.filter); err != nil {
+			errs = append(errs, fmt.Errorf("pipeline: save bloom snapshot: %w", err))
+		}
+	}
+	if err := s.store.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	s.store = nil
+	s.err = ErrClosed
+	return errors.Join(errs...)
+}
