@@ -1,0 +1,387 @@
+// Package config loads dedupstream's YAML job files: strict (unknown keys
+// are errors), with ${VAR} and ${VAR:default} interpolation, documented
+// defaults, and one validation pass that reports every problem with its
+// file, line and field path.
+package config
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dedupstream/dedupstream/partition"
+	"github.com/dedupstream/dedupstream/pipeline"
+)
+
+// Config is one dedupstream job.
+type Config struct {
+	Job        Job        `yaml:"job"`
+	Kafka      Kafka      `yaml:"kafka"`
+	Input      Input      `yaml:"input"`
+	Output     Output     `yaml:"output"`
+	Assignment Assignment `yaml:"assignment"`
+	Dedup      Dedup      `yaml:"dedup"`
+	State      State      `yaml:"state"`
+	Commit     Commit     `yaml:"commit"`
+	Metrics    Metrics    `yaml:"metrics"`
+	Log        Log        `yaml:"log"`
+}
+
+// Job names the job.
+type Job struct {
+	// ID names the job: transactional ids are "<id>-<partition>" and the
+	// consumer group is "<id>". Required.
+	ID string `yaml:"id"`
+}
+
+// Kafka says how to reach the brokers.
+type Kafka struct {
+	// Brokers are bootstrap host:port addresses. Required.
+	Brokers []string `yaml:"brokers"`
+	// ClientID is sent with every request. The default value is "dedupstream".
+	ClientID string `yaml:"client_id"`
+	// TransactionTimeout is the broker-side timeout of an open
+	// transaction. The default value is 60s.
+	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+}
+
+// Input names the raw topics.
+type Input struct {
+	// Topics are the raw topics read. Required, at least one.
+	Topics []string `yaml:"topics"`
+	// Partitioning is "input" (raw topics are keyed by business key with
+	// the output's partition count) or "repartition". The default value is
+	// "input".
+	Partitioning string `yaml:"partitioning"`
+	// Partitioner is the partitioner producers of the raw topics use for
+	// the business key ("murmur2", "fnv1a", "crc32"); records found on
+	// another partition are counted. The default value is "murmur2".
+	Partitioner string `yaml:"partitioner"`
+}
+
+// Output names the deduplicated and dead-letter topics.
+type Output struct {
+	// Topic is the deduplicated topic; it must have one partition per
+	// stage. Required.
+	Topic string `yaml:"topic"`
+	// DLQTopic receives records that cannot be processed, with the reason
+	// in headers. The default value is "<topic>-dlq".
+	DLQTopic string `yaml:"dlq_topic"`
+	// Compression is "none", "gzip", "snappy", "lz4" or "zstd". The
+	// default value is "none".
+	Compression string `yaml:"compression"`
+}
+
+// Assignment says which partitions this instance owns.
+type Assignment struct {
+	// Mode is "static" (a partition list or file) or "group" (a Kafka
+	// consumer group assigns partitions). The default value is "static".
+	Mode string `yaml:"mode"`
+	// Partitions lists the owned partitions in static mode.
+	Partitions []int `yaml:"partitions"`
+	// PartitionsFile is a YAML file with a "partitions" list, relative to
+	// the config file; used in static mode when Partitions is empty.
+	PartitionsFile string `yaml:"partitions_file"`
+}
+
+// Dedup configures the stages; see pipeline.Config for the semantics.
+type Dedup struct {
+	// Key lists the business key fields: "key", "header:NAME" or
+	// "json:a.b.c"; several fields form a composite key. The default value
+	// is ["key"].
+	Key []string `yaml:"key"`
+	// Mode is "first" or "version". The default value is "first".
+	Mode string `yaml:"mode"`
+	// Version is the version field in version mode ("header:NAME" or
+	// "json:path").
+	Version string `yaml:"version"`
+	// Window is how long a key is remembered. The default value is 24h.
+	Window time.Duration `yaml:"window"`
+	// Generations cuts the window into buckets. The default value is 4.
+	Generations int `yaml:"generations"`
+	// TimeBase is "record" or "processing". The default value is "record".
+	TimeBase string `yaml:"time_base"`
+	// MaxFutureSkew clamps record timestamps ahead of the wall clock. The
+	// default value is 5m.
+	MaxFutureSkew time.Duration `yaml:"max_future_skew"`
+	// ExpectedKeys per partition per window sizes the Bloom front. The
+	// default value is 1000000.
+	ExpectedKeys uint `yaml:"expected_keys"`
+	// FalsePositiveRate of the Bloom front. The default value is 0.01.
+	FalsePositiveRate float64 `yaml:"false_positive_rate"`
+	// MaxKeyBytes: longer business keys go to the DLQ. The default value
+	// is 1024.
+	MaxKeyBytes int `yaml:"max_key_bytes"`
+	// MaxRecordBytes: larger records go to the DLQ. The default value is
+	// 1MiB.
+	MaxRecordBytes ByteSize `yaml:"max_record_bytes"`
+}
+
+// State places and sizes the state stores.
+type State struct {
+	// Dir holds one store per owned partition. Required.
+	Dir string `yaml:"dir"`
+	// CacheSize is the Pebble block cache per store. The default value is
+	// 128MiB.
+	CacheSize ByteSize `yaml:"cache_size"`
+	// MemTableSize is the Pebble memtable size per store. The default
+	// value is 64MiB.
+	MemTableSize ByteSize `yaml:"memtable_size"`
+}
+
+// Commit bounds the commit cycle.
+type Commit struct {
+	// Interval is the longest a cycle stays open. The default value is
+	// 100ms.
+	Interval time.Duration `yaml:"interval"`
+	// MaxRecords ends a cycle early. The default value is 50000.
+	MaxRecords int `yaml:"max_records"`
+	// ShutdownTimeout bounds the graceful drain on SIGTERM/SIGINT: the
+	// commit of each stage's open cycle. The default value is 30s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+}
+
+// Metrics configures the metrics and health listener.
+type Metrics struct {
+	// Listen is the host:port of /metrics, /livez and /readyz; empty
+	// disables it. The default value is "127.0.0.1:9464".
+	Listen string `yaml:"listen"`
+}
+
+// Log configures logging.
+type Log struct {
+	// Level is "debug", "info", "warn" or "error". The default value is
+	// "info".
+	Level string `yaml:"level"`
+	// Format is "auto" (text on a terminal, JSON otherwise), "json" or
+	// "text". The default value is "auto".
+	Format string `yaml:"format"`
+}
+
+// ApplyDefaults fills every unset field with its documented default.
+func (c *Config) ApplyDefaults() {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Kafka.ClientID, "dedupstream")
+	if c.Kafka.TransactionTimeout == 0 {
+		c.Kafka.TransactionTimeout = time.Minute
+	}
+	def(&c.Input.Partitioning, "input")
+	def(&c.Input.Partitioner, "murmur2")
+	if c.Output.Topic != "" {
+		def(&c.Output.DLQTopic, c.Output.Topic+"-dlq")
+	}
+	def(&c.Output.Compression, "none")
+	def(&c.Assignment.Mode, "static")
+	if len(c.Dedup.Key) == 0 {
+		c.Dedup.Key = []string{"key"}
+	}
+	def(&c.Dedup.Mode, "first")
+	def(&c.Dedup.TimeBase, "record")
+	if c.Dedup.MaxRecordBytes == 0 {
+		c.Dedup.MaxRecordBytes = 1 << 20
+	}
+	if c.State.CacheSize == 0 {
+		c.State.CacheSize = 128 << 20
+	}
+	if c.State.MemTableSize == 0 {
+		c.State.MemTableSize = 64 << 20
+	}
+	if c.Commit.Interval == 0 {
+		c.Commit.Interval = 100 * time.Millisecond
+	}
+	if c.Commit.MaxRecords == 0 {
+		c.Commit.MaxRecords = 50_000
+	}
+	if c.Commit.ShutdownTimeout == 0 {
+		c.Commit.ShutdownTimeout = 30 * time.Second
+	}
+	def(&c.Metrics.Listen, "127.0.0.1:9464")
+	def(&c.Log.Level, "info")
+	def(&c.Log.Format, "auto")
+}
+
+// Pipeline turns the dedup section into the stage configuration. Call it
+// on a validated config.
+func (c *Config) Pipeline() pipeline.Config {
+	pc := pipeline.Config{
+		Window:            c.Dedup.Window,
+		Generations:       c.Dedup.Generations,
+		MaxFutureSkew:     c.Dedup.MaxFutureSkew,
+		MaxKeyBytes:       c.Dedup.MaxKeyBytes,
+		MaxRecordBytes:    int(c.Dedup.MaxRecordBytes),
+		ExpectedKeys:      c.Dedup.ExpectedKeys,
+		FalsePositiveRate: c.Dedup.FalsePositiveRate,
+	}
+	pc.Mode, _ = pipeline.ParseMode(c.Dedup.Mode)
+	pc.TimeBase, _ = pipeline.ParseTimeBase(c.Dedup.TimeBase)
+	for _, k := range c.Dedup.Key {
+		f, _ := partition.ParseField(k)
+		pc.Key = append(pc.Key, f)
+	}
+	if c.Dedup.Version != "" {
+		pc.Version, _ = partition.ParseField(c.Dedup.Version)
+	}
+	pc.ApplyDefaults()
+	return pc
+}
+
+// Load reads, interpolates, decodes, defaults and validates one config
+// file. Every problem is reported at once in an *Error.
+func Load(path string) (*Config, error) {
+	return load(path, os.LookupEnv)
+}
+
+func load(path string, lookup func(string) (string, bool)) (*Config, error) {
+	var c Config
+	lines, problems := decodeFile(path, &c, lookup)
+	if lines == nil {
+		return nil, &Error{Problems: problems}
+	}
+	c.ApplyDefaults()
+	v := validator{file: path, lines: lines, problems: problems}
+	c.validate(&v)
+	if c.Assignment.Mode == "static" && len(c.Assignment.Partitions) == 0 && c.Assignment.PartitionsFile != "" {
+		c.Assignment.Partitions = v.partitionsFile(resolve(path, c.Assignment.PartitionsFile), lookup)
+	}
+	if len(v.problems) > 0 {
+		slices.SortStableFunc(v.problems, func(a, b Problem) int {
+			return cmp.Or(strings.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
+		})
+		return nil, &Error{Problems: v.problems}
+	}
+	return &c, nil
+}
+
+func resolve(configPath, rel string) string {
+	if filepath.IsAbs(rel) {
+		return rel
+	}
+	return filepath.Join(filepath.Dir(configPath), rel)
+}
+
+type validator struct {
+	file     string
+	lines    map[string]int
+	problems []Problem
+}
+
+func (v *validator) addf(field, format string, args ...any) {
+	line := v.lines[field]
+	for p := field; line == 0 && p != ""; {
+		i := strings.LastIndexAny(p, ".[")
+		if i < 0 {
+			break
+		}
+		p = p[:i]
+		line = v.lines[p]
+	}
+	v.problems = append(v.problems, Problem{File: v.file, Line: line, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (v *validator) oneOf(field, got string, allowed ...string) {
+	if !slices.Contains(allowed, got) {
+		v.addf(field, "must be one of %s, got %q", strings.Join(allowed, ", "), got)
+	}
+}
+
+func (c *Config) validate(v *validator) {
+	if c.Job.ID == "" {
+		v.addf("job.id", "required")
+	}
+	if len(c.Kafka.Brokers) == 0 {
+		v.addf("kafka.brokers", "required: at least one host:port")
+	}
+	for i, b := range c.Kafka.Brokers {
+		if !strings.Contains(b, ":") {
+			v.addf(fmt.Sprintf("kafka.brokers[%d]", i), "want host:port, got %q", b)
+		}
+	}
+	if len(c.Input.Topics) == 0 {
+		v.addf("input.topics", "required: at least one raw topic")
+	}
+	v.oneOf("input.partitioning", c.Input.Partitioning, "input", "repartition")
+	if _, err := partition.PartitionerByName(c.Input.Partitioner); err != nil {
+		v.addf("input.partitioner", "must be one of murmur2, fnv1a, crc32, got %q", c.Input.Partitioner)
+	}
+	if c.Output.Topic == "" {
+		v.addf("output.topic", "required")
+	}
+	if slices.Contains(c.Input.Topics, c.Output.Topic) || (c.Output.DLQTopic != "" && c.Output.DLQTopic == c.Output.Topic) {
+		v.addf("output.topic", "must differ from the input and DLQ topics")
+	}
+	v.oneOf("output.compression", c.Output.Compression, "none", "gzip", "snappy", "lz4", "zstd")
+	v.oneOf("assignment.mode", c.Assignment.Mode, "static", "group")
+	if c.Assignment.Mode == "static" && len(c.Assignment.Partitions) == 0 && c.Assignment.PartitionsFile == "" {
+		v.addf("assignment.partitions", "static mode needs partitions or partitions_file")
+	}
+	for i, p := range c.Assignment.Partitions {
+		if p < 0 {
+			v.addf(fmt.Sprintf("assignment.partitions[%d]", i), "must be >= 0, got %d", p)
+		}
+	}
+	for i, k := range c.Dedup.Key {
+		if _, err := partition.ParseField(k); err != nil {
+			v.addf(fmt.Sprintf("dedup.key[%d]", i), "%v", err)
+		}
+	}
+	if _, err := pipeline.ParseMode(c.Dedup.Mode); err != nil {
+		v.addf("dedup.mode", "must be one of first, version, got %q", c.Dedup.Mode)
+	}
+	if _, err := pipeline.ParseTimeBase(c.Dedup.TimeBase); err != nil {
+		v.addf("dedup.time_base", "must be one of record, processing, got %q", c.Dedup.TimeBase)
+	}
+	if c.Dedup.Version != "" {
+		if _, err := partition.ParseField(c.Dedup.Version); err != nil {
+			v.addf("dedup.version", "%v", err)
+		}
+	}
+	// The stage's own validation names its fields "dedup.<name>" already.
+	pc := c.Pipeline()
+	if err := pc.Validate(); err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			field, msg, _ := strings.Cut(line, ": ")
+			v.addf(field, "%s", msg)
+		}
+	}
+	if c.State.Dir == "" {
+		v.addf("state.dir", "required")
+	}
+	if c.Commit.Interval <= 0 {
+		v.addf("commit.interval", "must be > 0, got %v", c.Commit.Interval)
+	}
+	if c.Commit.MaxRecords < 1 {
+		v.addf("commit.max_records", "must be >= 1, got %d", c.Commit.MaxRecords)
+	}
+	if c.Commit.ShutdownTimeout < 0 {
+		v.addf("commit.shutdown_timeout", "must be > 0, got %v", c.Commit.ShutdownTimeout)
+	}
+	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
+	v.oneOf("log.format", c.Log.Format, "auto", "json", "text")
+}
+
+// partitionsFile reads a static assignment file: a mapping with one key,
+// "partitions", holding a list of partition numbers.
+func (v *validator) partitionsFile(path string, lookup func(string) (string, bool)) []int {
+	var pf struct {
+		Partitions []int `yaml:"partitions"`
+	}
+	_, problems := decodeFile(path, &pf, lookup)
+	v.problems = append(v.problems, problems...)
+	if len(problems) == 0 && len(pf.Partitions) == 0 {
+		v.problems = append(v.problems, Problem{File: path, Field: "partitions", Msg: "required: at least one partition"})
+	}
+	for i, p := range pf.Partitions {
+		if p < 0 {
+			v.problems = append(v.problems, Problem{File: path, Field: fmt.Sprintf("partitions[%d]", i), Msg: fmt.Sprintf("must be >= 0, got %d", p)})
+		}
+	}
+	return pf.Partitions
+}
