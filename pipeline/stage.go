@@ -48,9 +48,8 @@ type Stage struct {
 	store  *statestore.Store
 	filter *filter.Filter
 
-	nowMs   int64  // stage clock, Unix ms, never decreasing
-	cur     uint64 // current (newest) generation
-	expired uint64 // every generation below this is dropped from the store
+	nowMs int64  // stage clock, Unix ms, never decreasing
+	cur   uint64 // current (newest) generation
 
 	cycle  map[partition.Hash]pending // keys emitted since the last Commit
 	batch  *statestore.Batch
@@ -304,12 +303,10 @@ func (s *Stage) Commit(checkpoint []byte) error {
 		return s.err
 	}
 	clear(s.cycle)
-	if oldest > s.expired {
-		if err := s.store.Expire(oldest); err != nil {
-			s.err = fmt.Errorf("pipeline: expire below generation %d: %w", oldest, err)
-			return s.err
-		}
-		s.expired = oldest
+	// A no-op unless the window moved since the store's last expiry.
+	if err := s.store.Expire(oldest); err != nil {
+		s.err = fmt.Errorf("pipeline: expire below generation %d: %w", oldest, err)
+		return s.err
 	}
 	return nil
 }

@@ -1,0 +1,128 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupstream/dedupstream/partition"
+)
+
+func openTestStage(t *testing.T, cfg Config, clock func() time.Time) *Stage {
+	t.Helper()
+	s, err := Open(t.TempDir(), cfg, Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestProcessSteadyStateAllocatesNothing: once maps and buffers have grown,
+// deciding a batch (new keys, in-batch repeats, history repeats, DLQ) and
+// committing it allocates nothing per record.
+func TestProcessSteadyStateAllocatesNothing(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	s := openTestStage(t, Config{Key: []partition.Field{{Source: partition.SourceJSON, Name: "id"}}}, func() time.Time { return now })
+	const n = 2000
+	in := make([]Record, n)
+	next := 0
+	fill := func() {
+		for i := range in {
+			switch {
+			case i%10 == 0: // a repeat of a committed key
+				in[i].Value = fmt.Appendf(in[i].Value[:0], `{"id":"k%d"}`, next-n+i/2)
+			case i%10 == 1: // a repeat inside the batch
+				in[i].Value = append(in[i].Value[:0], in[i-1].Value...)
+			case i%97 == 0:
+				in[i].Value = append(in[i].Value[:0], `{"id":`...)
+			default:
+				in[i].Value = fmt.Appendf(in[i].Value[:0], `{"id":"k%d"}`, next)
+				next++
+			}
+			in[i].TimestampMs = now.UnixMilli()
+		}
+	}
+	out := make([]Decision, 0, n)
+	run := func() {
+		var err error
+		if out, _, err = s.Process(in, out[:0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Commit(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 3 { // grow the maps and buffers
+		fill()
+		run()
+	}
+	// The first commit expired everything below the window: a range
+	// deletion that costs Pebble one iterator allocation per read while it
+	// sits in the memtable (the store flushes it within 10s; here at once).
+	if err := s.Store().Compact(); err != nil {
+		t.Fatal(err)
+	}
+	fill()
+	perBatch := testing.AllocsPerRun(5, func() {
+		run()
+	})
+	// A dead-lettered record allocates its error (once); Pebble's commit a
+	// few objects per batch. Nothing else may allocate per record.
+	dlq := 0
+	for i := range in {
+		if i%97 == 0 && i%10 > 1 {
+			dlq++
+		}
+	}
+	if limit := float64(dlq + 8); perBatch > limit {
+		t.Fatalf("%.1f allocations per batch of %d records (%d to the DLQ), want <= %.0f", perBatch, n, dlq, limit)
+	}
+}
+
+// TestDecisionsAndCounts checks each verdict, reason and counter once on a
+// hand-made stream.
+func TestDecisionsAndCounts(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	s := openTestStage(t, Config{Key: []partition.Field{{Source: partition.SourceJSON, Name: "order.id"}}, MaxRecordBytes: 64}, func() time.Time { return now })
+	rec := func(v string) Record {
+		return Record{Record: partition.Record{Value: []byte(v)}, TimestampMs: now.UnixMilli()}
+	}
+	first := []Record{
+		rec(`{"order":{"id":"A"}}`),
+		rec(`{"order":{"id":"A"},"resent":true}`), // producer resend: same key, new bytes
+		rec(`{"order":{"id":"B"}}`),
+		rec(`not json`),
+		rec(`{"order":{}}`),
+		rec(`{"order":{"id":"C"},"pad":"` + strings.Repeat("x", 64) + `"}`),
+	}
+	got, c, err := s.Process(first, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Decision{{Verdict: Emit}, {Verdict: DropBatch}, {Verdict: Emit},
+		{Verdict: DeadLetter, Reason: "not_json"}, {Verdict: DeadLetter, Reason: "field_missing"},
+		{Verdict: DeadLetter, Reason: ReasonRecordTooLarge}}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("record %d: got %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if c.In != 6 || c.Emitted != 2 || c.DroppedBatch != 1 || c.DeadLettered != 3 || c.In != c.Emitted+c.DroppedBatch+c.DroppedHistory+c.DeadLettered {
+		t.Errorf("counts %+v", c)
+	}
+	if err := s.Commit([]byte("cp-1")); err != nil {
+		t.Fatal(err)
+	}
+	got, c, err = s.Process([]Record{rec(`{"order":{"id":"B"}}`), rec(`{"order":{"id":"D"}}`)}, got[:0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0].Verdict != DropHistory || got[1].Verdict != Emit || c.DroppedHistory != 1 || c.StoreReads < 1 {
+		t.Errorf("second batch: %+v, counts %+v", got, c)
+	}
+	if string(s.State().Checkpoint) != "cp-1" {
+		t.Errorf("checkpoint %q, want cp-1", s.State().Checkpoint)
+	}
+}
