@@ -4,12 +4,16 @@ PKGS      ?= ./...
 BENCHTIME ?= 1x
 FUZZTIME  ?= 30s
 
-.PHONY: build test bench bench-engine fuzz lint fmt
+.PHONY: build test demo bench fuzz lint fmt
 
 ## build: compile every package and the dedupstream binary into bin/
 build:
 	$(GO) build $(PKGS)
 	$(GO) build -o bin/dedupstream ./cmd/dedupstream
+
+## demo: the job end to end on the embedded broker, checked by an independent reader
+demo:
+	$(GO) run ./cmd/dedupstream demo
 
 ## test: vet, then every test (unit, property, crash, embedded-broker) once
 test:

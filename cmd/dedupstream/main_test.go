@@ -1,0 +1,195 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/dedupstream/dedupstream/internal/kafkatest"
+	"github.com/dedupstream/dedupstream/job"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Environment of a child process: the test binary re-executed as the
+// dedupstream command (see TestMain), optionally killing itself with
+// SIGKILL at the n-th pass through a failpoint.
+const (
+	envChild     = "DEDUPSTREAM_TEST_CHILD"
+	envFailpoint = "DEDUPSTREAM_TEST_FAILPOINT" // "name:n"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envChild) == "1" {
+		if fp := os.Getenv(envFailpoint); fp != "" {
+			name, nth, _ := strings.Cut(fp, ":")
+			n, _ := strconv.Atoi(nth)
+			var hits atomic.Int64
+			optionsHook = func(o *job.Options) {
+				o.Failpoint = func(at string) {
+					if at == name && hits.Add(1) >= int64(n) {
+						syscall.Kill(os.Getpid(), syscall.SIGKILL)
+						select {} // wait for the signal
+					}
+				}
+			}
+		}
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestUsage(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		out  string // in stdout, or in stderr for non-zero codes
+	}{
+		{nil, exitUsage, "Commands:"},
+		{[]string{"--help"}, exitOK, "Commands:"},
+		{[]string{"frobnicate"}, exitUsage, `unknown command "frobnicate"`},
+		{[]string{"version"}, exitOK, "dedupstream "},
+		{[]string{"version", "--help"}, exitOK, "Usage: dedupstream version"},
+		{[]string{"run", "--help"}, exitOK, "Usage: dedupstream run --config FILE"},
+		{[]string{"lint", "--help"}, exitOK, "Usage: dedupstream lint FILE..."},
+		{[]string{"broker", "--help"}, exitOK, "Usage: dedupstream broker"},
+		{[]string{"demo", "--help"}, exitOK, "Usage: dedupstream demo"},
+		{[]string{"run"}, exitUsage, "want --config FILE"},
+		{[]string{"run", "--nope"}, exitUsage, "flag provided but not defined"},
+		{[]string{"lint"}, exitUsage, "no config files given"},
+		{[]string{"run", "--config", "/does/not/exist.yaml"}, exitUsage, "/does/not/exist.yaml: open"},
+	} {
+		t.Run(strings.Join(tc.args, "_"), func(t *testing.T) {
+			code, out, errOut := runCLI(t, tc.args...)
+			got := out
+			if tc.code != exitOK {
+				got = errOut
+			}
+			if code != tc.code || !strings.Contains(got, tc.out) {
+				t.Errorf("exit %d, want %d; output lacks %q:\nstdout: %s\nstderr: %s", code, tc.code, tc.out, out, errOut)
+			}
+		})
+	}
+}
+
+func TestLintReportsFieldPaths(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte(`job: {id: j}
+kafka: {brokers: ["127.0.0.1:9092"]}
+input:
+  topics: [raw]
+  topicz: [typo]
+output:
+  dlq_topic: raw-dlq
+assignment: {partitions: [0]}
+dedup:
+  window: 10 minutes
+state: {dir: /tmp/s}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join("..", "..", "configs", "reference.yaml")
+	code, out, errOut := runCLI(t, "lint", good, filepath.Join("..", "..", "configs", "demo.yaml"), bad)
+	if code != exitUsage {
+		t.Errorf("lint exit %d, want %d", code, exitUsage)
+	}
+	if !strings.Contains(out, "reference.yaml: ok") || !strings.Contains(out, "demo.yaml: ok") {
+		t.Errorf("stdout lacks the good file's ok line:\n%s", out)
+	}
+	lines := strings.Split(strings.TrimSpace(errOut), "\n")
+	want := []string{
+		bad + ":5: input.topicz: unknown key",
+		bad + ":7: output.topic: required",
+		bad + `:10: dedup.window: want a duration such as 100ms, 30s or 24h, got "10 minutes"`,
+	}
+	if len(lines) != len(want) {
+		t.Errorf("want %d problem lines, got %d:\n%s", len(want), len(lines), errOut)
+	}
+	for _, w := range want {
+		if !strings.Contains(errOut, w) {
+			t.Errorf("stderr lacks %q:\n%s", w, errOut)
+		}
+	}
+	// The run command reports the same problems with the same exit code.
+	if code, _, errOut := runCLI(t, "run", "--config", bad); code != exitUsage || !strings.Contains(errOut, "input.topicz: unknown key") {
+		t.Errorf("run --config bad: exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
+func TestLintExamples(t *testing.T) {
+	for _, pf := range []string{"partitions-a.yaml", "partitions-b.yaml"} {
+		t.Setenv("DEDUP_PARTITIONS_FILE", pf)
+		if code, out, errOut := runCLI(t, "lint", filepath.Join("..", "..", "configs", "reference.yaml")); code != exitOK {
+			t.Errorf("reference.yaml with %s: exit %d\n%s%s", pf, code, out, errOut)
+		}
+	}
+}
+
+func TestLintUnsupported(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "group.yaml")
+	os.WriteFile(path, []byte("job: {id: j}\nkafka: {brokers: [\"h:1\"]}\ninput: {topics: [a, b], partitioning: repartition}\noutput: {topic: o}\nassignment: {mode: group}\nstate: {dir: /tmp/s}\n"), 0o644)
+	code, _, errOut := runCLI(t, "lint", path)
+	if code != exitUsage || !strings.Contains(errOut, path+`: input.partitioning: only "input"`) || !strings.Contains(errOut, path+`: assignment.mode: only "static"`) {
+		t.Errorf("exit %d, stderr:\n%s", code, errOut)
+	}
+}
+
+// TestDemo runs the demo end to end: over 100k records with every kind of
+// duplicate, checked by an independent read_committed reader.
+func TestDemo(t *testing.T) {
+	code, out, errOut := runCLI(t, "demo", "--keys", "70000", "--replay", "15000")
+	if code != exitOK || !strings.Contains(out, "PASS") {
+		t.Fatalf("demo exit %d:\n%s%s", code, out, errOut)
+	}
+	var in int
+	for line := range strings.SplitSeq(out, "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "records" && f[1] == "in" {
+			in, _ = strconv.Atoi(f[2])
+		}
+	}
+	if in < 100_000 {
+		t.Errorf("demo ran %d records, want >= 100000:\n%s", in, out)
+	}
+}
+
+// TestRunMissingTopic: a config naming topics the cluster lacks is a
+// config error (exit 2) with the field paths, found before any work.
+func TestRunMissingTopic(t *testing.T) {
+	c := kafkatest.NewCluster(t, kfake.SeedTopics(2, "raw", "out"))
+	path := filepath.Join(t.TempDir(), "job.yaml")
+	os.WriteFile(path, fmt.Appendf(nil, `job: {id: j}
+kafka: {brokers: [%q]}
+input: {topics: [raw, nosuch]}
+output: {topic: out}
+assignment: {partitions: [0, 5]}
+state: {dir: %s}
+metrics: {listen: "127.0.0.1:0"}
+log: {level: error}
+`, c.ListenAddrs()[0], filepath.Join(t.TempDir(), "state")), 0o644)
+	code, _, errOut := runCLI(t, "run", "--config", path)
+	for _, want := range []string{
+		`input.topics[1]: topic "nosuch" does not exist`,
+		`output.dlq_topic: topic "out-dlq" does not exist`,
+		"assignment.partitions[1]: partition 5 does not exist",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q", want)
+		}
+	}
+	if code != exitUsage {
+		t.Errorf("exit %d, want %d; stderr:\n%s", code, exitUsage, errOut)
+	}
+}

@@ -1,0 +1,123 @@
+package job
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// checkpointVersion is the first byte of every encoded checkpoint. A store
+// holding a checkpoint of an unknown version is refused rather than guessed
+// at.
+const checkpointVersion = 1
+
+// maxTopicLen is Kafka's limit on topic names.
+const maxTopicLen = 249
+
+// Checkpoint is what a stage commits with the keys of a cycle: where its
+// input stood and where its output stood when the Kafka transaction carrying
+// that cycle committed.
+//
+// Encoding, version 1 (all integers unsigned varints unless noted):
+//
+//	byte    version (1)
+//	uvarint number of inputs n
+//	n times:
+//	  uvarint len(topic), topic bytes
+//	  uvarint partition
+//	  uvarint input offset (the next offset to read)
+//	uvarint output offset (one past the last record the stage wrote to its
+//	        output partition; 0 before the first)
+//
+// A reader must reject trailing bytes and overlong varints, so that every
+// checkpoint has exactly one encoding and a later version cannot be misread
+// as this one.
+type Checkpoint struct {
+	Inputs []InputOffset
+	// Output is one past the last output record the stage knows of: the
+	// offset the output read-back starts at in recovery.
+	Output int64
+}
+
+// InputOffset is the next offset to read of one raw topic-partition.
+type InputOffset struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+var errCheckpoint = errors.New("job: corrupt checkpoint")
+
+// Input returns the offset recorded for topic/partition, or -1.
+func (c Checkpoint) Input(topic string, partition int32) int64 {
+	for _, in := range c.Inputs {
+		if in.Topic == topic && in.Partition == partition {
+			return in.Offset
+		}
+	}
+	return -1
+}
+
+// AppendEncode appends the version-1 encoding of c to dst.
+func (c Checkpoint) AppendEncode(dst []byte) []byte {
+	dst = append(dst, checkpointVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(c.Inputs)))
+	for _, in := range c.Inputs {
+		dst = binary.AppendUvarint(dst, uint64(len(in.Topic)))
+		dst = append(dst, in.Topic...)
+		dst = binary.AppendUvarint(dst, uint64(in.Partition))
+		dst = binary.AppendUvarint(dst, uint64(in.Offset))
+	}
+	return binary.AppendUvarint(dst, uint64(c.Output))
+}
+
+// DecodeCheckpoint reads an encoded checkpoint. An empty input (a store that
+// never committed) gives the zero Checkpoint and no error.
+func DecodeCheckpoint(b []byte) (Checkpoint, error) {
+	var c Checkpoint
+	if len(b) == 0 {
+		return c, nil
+	}
+	if b[0] != checkpointVersion {
+		return c, fmt.Errorf("%w: version %d, this build reads version %d", errCheckpoint, b[0], checkpointVersion)
+	}
+	b = b[1:]
+	next := func(limit uint64) (uint64, bool) {
+		v, n := binary.Uvarint(b)
+		// A final zero byte after a continuation is an overlong encoding:
+		// refused, so that every checkpoint has exactly one encoding.
+		if n <= 0 || v > limit || n > 1 && b[n-1] == 0 {
+			return 0, false
+		}
+		b = b[n:]
+		return v, true
+	}
+	n, ok := next(1 << 16)
+	if !ok {
+		return Checkpoint{}, fmt.Errorf("%w: input count", errCheckpoint)
+	}
+	for i := range n {
+		l, ok := next(maxTopicLen)
+		if !ok || uint64(len(b)) < l {
+			return Checkpoint{}, fmt.Errorf("%w: input %d: topic", errCheckpoint, i)
+		}
+		topic := string(b[:l])
+		b = b[l:]
+		p, ok1 := next(math.MaxInt32)
+		off, ok2 := next(math.MaxInt64)
+		if !ok1 || !ok2 {
+			return Checkpoint{}, fmt.Errorf("%w: input %d: partition or offset", errCheckpoint, i)
+		}
+		c.Inputs = append(c.Inputs, InputOffset{Topic: topic, Partition: int32(p), Offset: int64(off)})
+	}
+	out, ok := next(math.MaxInt64)
+	if !ok {
+		return Checkpoint{}, fmt.Errorf("%w: output offset", errCheckpoint)
+	}
+	if len(b) != 0 {
+		return Checkpoint{}, fmt.Errorf("%w: %d trailing bytes", errCheckpoint, len(b))
+	}
+	c.Output = int64(out)
+	return c, nil
+}

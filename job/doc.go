@@ -1,0 +1,100 @@
+// Package job runs dedupstream between topics: for every partition this
+// instance owns, a stage (package pipeline) fed by a read_committed fetcher
+// (package fetch) and writing through its own transactional producer
+// (package sink), with the recovery protocol that makes the output exactly
+// once.
+//
+// # Layout
+//
+// In input partitioning mode the raw topics are already keyed by business
+// key. Partition p of every raw topic feeds stage p, which writes only to
+// partition p of the output topic, so every raw topic and the output topic
+// must have the same partition count; Run checks that, that every assigned
+// partition exists and that the DLQ topic exists before it starts, and
+// refuses to run otherwise (ErrTopics; the CLI exits 2). With several raw
+// topics a stage's fetchers take turns, each waiting at most
+// commit.interval divided by the number of topics for data. Stage p's
+// transactional id is "<job.id>-<p>", its input offsets are committed for
+// consumer group "<job.id>", and its state lives in
+// "<state.dir>/partition-<p>". Dead-lettered records of
+// stage p go to DLQ partition p modulo the DLQ's partition count.
+//
+// When the business key is the Kafka key (dedup.key: [key]), every record's
+// key is run through the configured input.partitioner; records that arrived
+// on another partition are counted (Stats.Misrouted) and logged at most once
+// a minute per partition, as a hint to switch to repartition mode.
+//
+// # Delivery guarantees
+//
+// One commit cycle reads input batches for up to commit.interval (or until
+// commit.max_records records; a fetched batch is never split, so a cycle may
+// exceed it by one batch), decides them, and produces the emitted records to
+// output partition p and the dead-lettered ones to the DLQ inside one Kafka
+// transaction. The cycle's next input offsets are added to the same
+// transaction (TxnOffsetCommit for group "<job.id>"), then the transaction is
+// committed and only then the stage commits the cycle's keys together with a
+// checkpoint. Output records, DLQ records and input progress therefore
+// become visible to read_committed readers all together or not at all; the
+// store is a cache of the committed output.
+//
+// Output records carry the input record's key, value, headers and
+// timestamp unchanged. DLQ records carry them too, plus the headers
+// dedupstream.reason (the stable snake_case reason: not_json, field_missing,
+// record_too_large, ...), dedupstream.source.topic,
+// dedupstream.source.partition and dedupstream.source.offset (decimal).
+//
+// Readers must use isolation.level=read_committed. kafka-go's Reader does
+// not filter aborted transactions and returns transaction markers as
+// messages: it is not a correct reader of the output.
+//
+// # Recovery
+//
+// At start, and after any transient or ambiguous failure, stage p runs:
+//
+//  1. InitProducerID for "<job.id>-<p>": fences any previous owner of the
+//     partition (its further writes fail) and settles the transaction it
+//     left open.
+//  2. OffsetFetch of the group's committed offsets for partition p of every
+//     raw topic.
+//  3. The store's checkpoint: the next output offset it has seen.
+//  4. If that is below the output partition's last stable offset, the
+//     committed output from there on is read back read_committed and its
+//     keys are put into the store (pipeline.Stage.Restore), batch by batch,
+//     each batch with its checkpoint, so a crash mid-restore resumes.
+//     A store ahead of the output (the output topic was recreated) is
+//     refused with an error naming the state directory to remove.
+//  5. Input resumes at the committed offset; without one (first start, or
+//     the group's offsets expired) at the checkpoint's input offset, else at
+//     the start of the raw partition.
+//
+// # Checkpoint
+//
+// The checkpoint a stage commits is versioned binary (see Checkpoint): a
+// version byte, the input offsets (topic, partition, next offset) and the
+// next output offset. A store holding a checkpoint of an unknown version is
+// refused, never guessed at.
+//
+// # Failure handling
+//
+//   - Transient (a broker unreachable beyond the fetcher's or producer's own
+//     retries, coordinator moves, an ambiguous produce or commit): the open
+//     transaction is aborted, the stage forgets the cycle, and after a
+//     backoff recovery runs again. Backoff starts at Options.Backoff (1s),
+//     doubles up to Options.MaxBackoff (32s) with jitter, and is reset by
+//     the next committed cycle. Nothing is skipped.
+//   - Fenced: another producer initialised the partition's transactional id,
+//     so another instance owns the partition. The job stops with an error
+//     saying so; it does not fight back.
+//   - Fatal (state store failure, an input offset out of range, a broker
+//     answer that retrying cannot fix): the job stops with the error.
+//   - Shutdown: when Run's context ends, each stage stops fetching, commits
+//     the open cycle (bounded by Options.ShutdownTimeout), closes its store
+//     and Run returns nil.
+//
+// # Limits
+//
+// This first version runs partitioning mode "input" and assignment mode
+// "static" only; New rejects other configurations with ErrUnsupported.
+// It connects without TLS or SASL, and its metrics (Job.Collector) are
+// totals per instance, not per partition, without latency histograms.
+package job

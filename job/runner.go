@@ -1,0 +1,522 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/partition"
+	"github.com/dedupstream/dedupstream/pipeline"
+	"github.com/dedupstream/dedupstream/sink"
+	"github.com/dedupstream/dedupstream/statestore"
+)
+
+// misrouteWarnEvery rate-limits the warning about records found on the
+// wrong partition: one line per partition per interval.
+const misrouteWarnEvery = time.Minute
+
+// runner drives the stage of one owned partition p: raw partition p in,
+// output partition p out, one transactional producer.
+type runner struct {
+	j   *Job
+	p   int
+	lay layout
+	log *slog.Logger
+
+	stage *pipeline.Stage
+	prod  *sink.Producer
+	ins   []*fetch.Fetcher // partition p of each raw topic, as Job.topics
+	out   *fetch.Fetcher   // output partition p, read back in recovery
+
+	// outNext is one past the last output record known: committed ones
+	// after recovery, and those of the open cycle after a produce.
+	outNext int64
+
+	// Reused per batch.
+	batch   fetch.Batch
+	recs    []pipeline.Record
+	decs    []pipeline.Decision
+	emits   []sink.Record
+	dlq     []sink.Record
+	headers []sink.Header
+	text    []byte
+	topicB  [][]byte // raw topic names for the DLQ header
+	pos     []int64  // input positions at the start of a cycle
+
+	lastMisrouteWarn time.Time
+	ready            bool // counted in Stats.Ready
+}
+
+// setReady keeps Stats.Ready in step with the stage's state.
+func (r *runner) setReady(ready bool) {
+	if r.ready == ready {
+		return
+	}
+	r.ready = ready
+	d := 1
+	if !ready {
+		d = -1
+	}
+	r.j.addStats(func(s *Stats) { s.Ready += d })
+}
+
+func newRunner(j *Job, p int, lay layout) *runner {
+	return &runner{
+		j:   j,
+		p:   p,
+		lay: lay,
+		log: j.log.With("stage", p),
+	}
+}
+
+// failure kinds: what the runner does with an error.
+type kind uint8
+
+const (
+	transient kind = iota // abort, back off, re-run recovery
+	fatal                 // stop the job with the error
+	fenced                // another producer owns the partition: stop
+)
+
+// fatalError marks an error that retrying cannot fix.
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }
+
+func fatalf(format string, args ...any) error {
+	return &fatalError{fmt.Errorf(format, args...)}
+}
+
+func classify(err error) kind {
+	var (
+		fe  *fatalError
+		se  *sink.Error
+		ae  *sink.AmbiguousError
+		oor *fetch.OutOfRangeError
+	)
+	switch {
+	case errors.Is(err, sink.ErrFenced):
+		return fenced
+	case errors.As(err, &fe), errors.As(err, &oor), errors.Is(err, sink.ErrState):
+		return fatal
+	case errors.As(err, &ae):
+		return transient
+	case errors.As(err, &se):
+		if sink.ClassOf(err) == sink.ClassFatal {
+			return fatal
+		}
+		return transient
+	}
+	// Network errors and fetch retries that ran out: the broker may come
+	// back.
+	return transient
+}
+
+// run opens the stage and alternates recovery and commit cycles until ctx
+// ends or a failure is not transient.
+func (r *runner) run(ctx context.Context) (err error) {
+	cfg := r.j.cfg
+	r.stage, err = pipeline.Open(r.j.stateDir(r.p), cfg.Pipeline(), pipeline.Options{
+		Clock:  r.j.opts.Clock,
+		Logger: r.log,
+		Store: statestore.Options{
+			CacheSize:    int64(cfg.State.CacheSize),
+			MemTableSize: uint64(cfg.State.MemTableSize),
+			Logger:       r.log,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("partition %d: open state: %w", r.p, err)
+	}
+	defer func() {
+		if cerr := r.stage.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("partition %d: close state: %w", r.p, cerr)
+		}
+	}()
+	if err := r.connect(); err != nil {
+		return fmt.Errorf("partition %d: %w", r.p, err)
+	}
+	b := newBackoff(r.j.opts.Backoff, r.j.opts.MaxBackoff)
+	defer r.setReady(false)
+	for {
+		err := r.recover(ctx)
+		if err == nil {
+			r.setReady(true)
+			err = r.loop(ctx, b)
+			r.setReady(false)
+		}
+		if err == nil {
+			return nil
+		}
+		k := classify(err)
+		switch {
+		case k == fenced:
+			return fmt.Errorf("partition %d: fenced: another instance took over transactional id %q (is this partition assigned to two instances?): %w",
+				r.p, r.prod.TransactionalID(), err)
+		case ctx.Err() != nil && (k == transient || errors.Is(err, context.Canceled)):
+			return nil
+		case k == fatal:
+			return fmt.Errorf("partition %d: %w", r.p, err)
+		}
+		r.log.Warn("transient failure: aborted the cycle, recovering after backoff", "err", err)
+		if b.sleep(ctx) != nil {
+			return nil
+		}
+	}
+}
+
+func (r *runner) connect() error {
+	j, cfg := r.j, r.j.cfg
+	var err error
+	r.prod, err = sink.NewProducer(sink.Config{
+		Client:             j.client,
+		TransactionalID:    fmt.Sprintf("%s-%d", cfg.Job.ID, r.p),
+		TransactionTimeout: cfg.Kafka.TransactionTimeout,
+		RequestTimeout:     j.opts.RequestTimeout,
+		RetryTimeout:       j.opts.RetryTimeout,
+		Compression:        j.codec,
+		Logger:             r.log,
+	})
+	if err != nil {
+		return err
+	}
+	// With several raw topics the fetchers take turns, so an idle topic may
+	// hold a cycle up for MaxWait each turn.
+	fo := fetch.Options{
+		MaxWait:        min(max(cfg.Commit.Interval/time.Duration(len(j.topics)), 10*time.Millisecond), fetch.DefaultMaxWait),
+		RequestTimeout: j.opts.RequestTimeout,
+		RetryTimeout:   j.opts.RetryTimeout,
+		ClientID:       cfg.Kafka.ClientID,
+		Logger:         r.log,
+	}
+	for _, t := range j.topics {
+		f, err := fetch.New(j.client, t, r.p, fo)
+		if err != nil {
+			return err
+		}
+		r.ins = append(r.ins, f)
+		r.topicB = append(r.topicB, []byte(t))
+	}
+	r.pos = make([]int64, len(j.topics))
+	r.out, err = fetch.New(j.client, cfg.Output.Topic, r.p, fo)
+	return err
+}
+
+// checkpoint encodes the state a stage commits: the raw partitions'
+// positions in, as Job.topics (sentinels are left out), and the output
+// position out.
+func (r *runner) checkpoint(in []int64, out int64) []byte {
+	c := Checkpoint{Output: out}
+	for i, off := range in {
+		if off >= 0 {
+			c.Inputs = append(c.Inputs, InputOffset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off})
+		}
+	}
+	return c.AppendEncode(nil)
+}
+
+// positions returns the fetchers' positions into dst.
+func (r *runner) positions(dst []int64) []int64 {
+	dst = dst[:0]
+	for _, f := range r.ins {
+		dst = append(dst, f.Position())
+	}
+	return dst
+}
+
+// recover is the recovery protocol of DESIGN section 5: fence the previous
+// owner and settle its transaction, find the committed input offset, bring
+// the store up to the committed output, and resume the input.
+func (r *runner) recover(ctx context.Context) error {
+	r.j.addStats(func(s *Stats) { s.Recoveries++ })
+	if err := r.prod.Init(ctx); err != nil {
+		return fmt.Errorf("init producer: %w", err)
+	}
+	committed, err := r.j.committedOffsets(ctx, r.p)
+	if err != nil {
+		return fmt.Errorf("committed offsets: %w", err)
+	}
+	st := r.stage.State()
+	ck, err := DecodeCheckpoint(st.Checkpoint)
+	if err != nil {
+		return fatalf("state %s: %w", r.j.stateDir(r.p), err)
+	}
+	offs, err := r.out.ListOffsets(ctx)
+	if err != nil {
+		return fmt.Errorf("output offsets: %w", err)
+	}
+	from := ck.Output
+	if len(st.Checkpoint) == 0 {
+		from = offs.Earliest
+	}
+	if from > offs.LastStable {
+		return fatalf("state %s is ahead of output %s/%d (checkpoint output offset %d, last stable offset %d): "+
+			"the output topic was recreated or truncated; remove the state directory to rebuild it from the output",
+			r.j.stateDir(r.p), r.j.cfg.Output.Topic, r.p, from, offs.LastStable)
+	}
+	if from < offs.Earliest {
+		r.log.Warn("output records the store has not seen were deleted by retention; their keys cannot be restored",
+			"from", from, "log_start", offs.Earliest)
+		from = offs.Earliest
+	}
+	resume := committed
+	for i, t := range r.j.topics {
+		if resume[i] < 0 {
+			// No committed group offset (first start, or the group's
+			// offsets expired): the store's checkpoint, else the log start.
+			if resume[i] = ck.Input(t, int32(r.p)); resume[i] < 0 {
+				resume[i] = fetch.OffsetEarliest
+			}
+		}
+	}
+	var restored int
+	r.outNext = from
+	if from < offs.LastStable {
+		start := time.Now()
+		err := r.out.ReadRange(ctx, from, fetch.ToLastStable, func(b *fetch.Batch) error {
+			r.recs = r.convert(b)
+			if err := r.stage.Restore(r.recs, r.checkpoint(resume, b.NextOffset)); err != nil {
+				return &fatalError{err}
+			}
+			restored += len(b.Records)
+			r.j.opts.Failpoint(FailpointRestored)
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("restore from output %s/%d: %w", r.j.cfg.Output.Topic, r.p, err)
+		}
+		r.outNext = max(from, r.out.Position())
+		if restored > 0 {
+			r.log.Info("restored the store from the committed output", "records", restored, "from", from, "to", r.outNext, "took", time.Since(start))
+		}
+	}
+	r.j.addStats(func(s *Stats) { s.Restored += uint64(restored); s.Recovered++ })
+	for i, f := range r.ins {
+		f.SetPosition(resume[i])
+	}
+	r.log.Info("recovered", "input_offset", resume, "output_offset", r.outNext, "store_seq", st.Seq)
+	return nil
+}
+
+// convert points the stage's records at a fetched batch (no copies).
+func (r *runner) convert(b *fetch.Batch) []pipeline.Record {
+	recs := r.recs[:0]
+	for i := range b.Records {
+		fr := &b.Records[i]
+		recs = append(recs, pipeline.Record{
+			Record:      partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers},
+			TimestampMs: fr.Timestamp.UnixMilli(),
+		})
+	}
+	return recs
+}
+
+// loop runs commit cycles until ctx ends (then the open cycle is
+// committed) or an error occurs (then it is aborted).
+func (r *runner) loop(ctx context.Context, b *backoff) error {
+	cfg := r.j.cfg
+	txCtx := context.WithoutCancel(ctx) // a started cycle finishes on shutdown
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := r.prod.Begin(); err != nil {
+			return r.abort(txCtx, err)
+		}
+		var (
+			cycle    Stats
+			start    = time.Now()
+			stopping bool
+		)
+		r.pos = r.positions(r.pos)
+		for turn := 0; int(cycle.In) < cfg.Commit.MaxRecords && time.Since(start) < cfg.Commit.Interval; turn++ {
+			t := turn % len(r.ins)
+			if err := r.ins[t].Fetch(ctx, &r.batch); err != nil {
+				if ctx.Err() != nil {
+					stopping = true
+					break
+				}
+				return r.abort(txCtx, fmt.Errorf("fetch %s/%d: %w", r.j.topics[t], r.p, err))
+			}
+			if len(r.batch.Records) == 0 {
+				continue
+			}
+			if err := r.handle(txCtx, t, &cycle); err != nil {
+				return r.abort(txCtx, err)
+			}
+		}
+		if stopping {
+			var cancel context.CancelFunc
+			txCtx, cancel = context.WithTimeout(txCtx, r.j.opts.ShutdownTimeout)
+			defer cancel()
+		}
+		if pos := r.positions(nil); slices.Equal(pos, r.pos) {
+			// Nothing read: the transaction added nothing and ends
+			// without a request.
+			if err := r.prod.Commit(txCtx); err != nil {
+				return r.abort(txCtx, err)
+			}
+		} else if err := r.commit(txCtx, pos, &cycle); err != nil {
+			return err
+		}
+		b.reset()
+		if stopping {
+			return nil
+		}
+	}
+}
+
+// commit ends a cycle: input offsets into the transaction, EndTxn(commit),
+// then the store commit of the cycle's keys with the checkpoint.
+func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
+	offsets := make([]sink.Offset, 0, len(pos))
+	for i, off := range pos {
+		if off >= 0 {
+			offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off})
+		}
+	}
+	err := r.prod.SendOffsets(ctx, sink.Group{ID: r.j.cfg.Job.ID}, offsets)
+	if err == nil {
+		r.j.opts.Failpoint(FailpointProduced)
+		err = r.prod.Commit(ctx)
+	}
+	if err != nil {
+		return r.abort(ctx, fmt.Errorf("commit input offsets %v: %w", pos, err))
+	}
+	// The transaction committed: the output is the truth from here on. A
+	// failed store commit leaves the store behind, which recovery repairs.
+	r.j.opts.Failpoint(FailpointCommitted)
+	if err := r.stage.Commit(r.checkpoint(pos, r.outNext)); err != nil {
+		return fatalf("commit state at input offsets %v: %w", pos, err)
+	}
+	cycle.Cycles = 1
+	r.j.addStats(func(s *Stats) {
+		s.Counts.Add(cycle.Counts)
+		s.Misrouted += cycle.Misrouted
+		s.Cycles += cycle.Cycles
+	})
+	return nil
+}
+
+// abort ends the open transaction without effect and forgets the stage's
+// open cycle; cause is returned for the caller to classify.
+func (r *runner) abort(ctx context.Context, cause error) error {
+	r.stage.Abort()
+	if err := r.prod.Abort(ctx); err != nil {
+		if errors.Is(err, sink.ErrFenced) {
+			return err
+		}
+		// Recovery's InitProducerID settles the transaction anyway.
+		r.log.Warn("abort failed", "err", err, "cause", cause)
+	}
+	return cause
+}
+
+// handle decides one fetched batch and produces its emits and DLQ records
+// into the open transaction.
+func (r *runner) handle(ctx context.Context, t int, cycle *Stats) error {
+	b := &r.batch
+	r.recs = r.convert(b)
+	decs, counts, err := r.stage.Process(r.recs, r.decs[:0])
+	r.decs = decs
+	if err != nil {
+		return &fatalError{err}
+	}
+	cycle.Counts.Add(counts)
+	r.checkRoute(b, t, cycle)
+
+	// Size the arenas first so that appends never move what earlier
+	// records point to.
+	nh, nd := 0, 0
+	for i := range b.Records {
+		nh += len(b.Records[i].Headers)
+		if decs[i].Verdict == pipeline.DeadLetter {
+			nd++
+		}
+	}
+	if need := nh + 4*nd; cap(r.headers) < need {
+		r.headers = make([]sink.Header, 0, need)
+	}
+	if need := 40 * nd; cap(r.text) < need {
+		r.text = make([]byte, 0, need)
+	}
+	r.headers, r.text = r.headers[:0], r.text[:0]
+	r.emits, r.dlq = r.emits[:0], r.dlq[:0]
+	for i, d := range decs {
+		fr := &b.Records[i]
+		if d.Verdict != pipeline.Emit && d.Verdict != pipeline.DeadLetter {
+			continue
+		}
+		h0 := len(r.headers)
+		for _, h := range fr.Headers {
+			r.headers = append(r.headers, sink.Header{Key: h.Key, Value: h.Value})
+		}
+		rec := sink.Record{Key: fr.Key, Value: fr.Value, Time: fr.Timestamp}
+		if d.Verdict == pipeline.Emit {
+			rec.Headers = r.headers[h0:len(r.headers):len(r.headers)]
+			r.emits = append(r.emits, rec)
+			continue
+		}
+		t0 := len(r.text)
+		r.text = append(r.text, d.Reason...)
+		t1 := len(r.text)
+		r.text = strconv.AppendInt(r.text, int64(r.p), 10)
+		t2 := len(r.text)
+		r.text = strconv.AppendInt(r.text, fr.Offset, 10)
+		t3 := len(r.text)
+		r.headers = append(r.headers,
+			sink.Header{Key: HeaderReason, Value: r.text[t0:t1:t1]},
+			sink.Header{Key: HeaderSourceTopic, Value: r.topicB[t]},
+			sink.Header{Key: HeaderSourcePartition, Value: r.text[t1:t2:t2]},
+			sink.Header{Key: HeaderSourceOffset, Value: r.text[t2:t3:t3]},
+		)
+		rec.Headers = r.headers[h0:len(r.headers):len(r.headers)]
+		r.dlq = append(r.dlq, rec)
+	}
+	if len(r.emits) > 0 {
+		res, err := r.prod.Produce(ctx, r.j.cfg.Output.Topic, int32(r.p), r.emits)
+		if err != nil {
+			return fmt.Errorf("produce to %s/%d: %w", r.j.cfg.Output.Topic, r.p, err)
+		}
+		if res.NextOffset >= 0 {
+			r.outNext = res.NextOffset
+		}
+	}
+	if len(r.dlq) > 0 {
+		dp := int32(r.p % r.lay.dlqPartitions)
+		if _, err := r.prod.Produce(ctx, r.j.cfg.Output.DLQTopic, dp, r.dlq); err != nil {
+			return fmt.Errorf("produce to %s/%d: %w", r.j.cfg.Output.DLQTopic, dp, err)
+		}
+	}
+	return nil
+}
+
+// checkRoute counts records whose Kafka key (the business key) the
+// configured partitioner sends elsewhere: input mode is unsound for them.
+func (r *runner) checkRoute(b *fetch.Batch, t int, cycle *Stats) {
+	if r.j.partFn == nil {
+		return
+	}
+	var n uint64
+	for i := range b.Records {
+		k := b.Records[i].Key
+		if len(k) > 0 && r.j.partFn(k, r.lay.partitions) != r.p {
+			n++
+		}
+	}
+	if n == 0 {
+		return
+	}
+	cycle.Misrouted += n
+	if now := time.Now(); now.Sub(r.lastMisrouteWarn) >= misrouteWarnEvery {
+		r.lastMisrouteWarn = now
+		r.log.Warn("records arrived on another partition than their key's: producers disagree on the partitioner; consider partitioning: repartition",
+			"topic", r.j.topics[t], "partition", r.p, "partitioner", r.j.cfg.Input.Partitioner, "in_batch", n)
+	}
+}
