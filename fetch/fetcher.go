@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"time"
 
@@ -13,6 +12,8 @@ import (
 	"github.com/segmentio/kafka-go/protocol"
 	"github.com/segmentio/kafka-go/protocol/fetch"
 	meta "github.com/segmentio/kafka-go/protocol/metadata"
+
+	"github.com/dedupstream/dedupstream/internal/backoff"
 )
 
 // Offset sentinels accepted by SetPosition, resolved with ListOffsets by the
@@ -401,7 +402,7 @@ func (f *Fetcher) retry(ctx context.Context, what string, op func() error) error
 		if f.opts.RetryTimeout >= 0 && time.Since(start) >= f.opts.RetryTimeout {
 			return f.wrap(what, fmt.Errorf("giving up after %d attempts in %v: %w", attempt, time.Since(start).Round(time.Millisecond), err))
 		}
-		wait := f.backoff(attempt)
+		wait := backoff.Delay(f.opts.Backoff, f.opts.MaxBackoff, attempt)
 		f.log.Warn("fetch: retrying", "op", what, "attempt", attempt, "backoff", wait, "error", err)
 		t := time.NewTimer(wait)
 		select {
@@ -411,20 +412,6 @@ func (f *Fetcher) retry(ctx context.Context, what string, op func() error) error
 		case <-t.C:
 		}
 	}
-}
-
-// backoff is the wait before retry attempt n (1-based): Backoff doubled per
-// attempt, capped at MaxBackoff, with jitter in [d/2, d).
-func (f *Fetcher) backoff(n int) time.Duration {
-	d := f.opts.Backoff
-	for i := 1; i < n && d < f.opts.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, f.opts.MaxBackoff)
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2)
 }
 
 // wrap adds the topic-partition and operation to a final error; an

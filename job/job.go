@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dedupstream/dedupstream/config"
+	"github.com/dedupstream/dedupstream/internal/backoff"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/segmentio/kafka-go"
@@ -249,7 +250,7 @@ type layout struct {
 func (j *Job) checkTopics(ctx context.Context) (layout, error) {
 	names := append([]string{j.cfg.Output.Topic, j.cfg.Output.DLQTopic}, j.topics...)
 	var counts map[string]int
-	b := newBackoff(j.opts.Backoff, j.opts.MaxBackoff)
+	b := &backoff.Backoff{Base: j.opts.Backoff, Limit: j.opts.MaxBackoff}
 	deadline := time.Now().Add(max(j.retryTimeout(), 10*time.Second))
 	for {
 		var err error
@@ -261,7 +262,7 @@ func (j *Job) checkTopics(ctx context.Context) (layout, error) {
 			return layout{}, fmt.Errorf("job: read topic metadata: %w", err)
 		}
 		j.log.Warn("reading topic metadata failed, retrying", "err", err)
-		if err := b.sleep(ctx); err != nil {
+		if err := b.Sleep(ctx); err != nil {
 			return layout{}, err
 		}
 	}

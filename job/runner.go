@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/internal/backoff"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/dedupstream/dedupstream/sink"
@@ -142,7 +143,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 	if err := r.connect(); err != nil {
 		return fmt.Errorf("partition %d: %w", r.p, err)
 	}
-	b := newBackoff(r.j.opts.Backoff, r.j.opts.MaxBackoff)
+	b := &backoff.Backoff{Base: r.j.opts.Backoff, Limit: r.j.opts.MaxBackoff}
 	defer r.setReady(false)
 	for {
 		err := r.recover(ctx)
@@ -165,7 +166,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 			return fmt.Errorf("partition %d: %w", r.p, err)
 		}
 		r.log.Warn("transient failure: aborted the cycle, recovering after backoff", "err", err)
-		if b.sleep(ctx) != nil {
+		if b.Sleep(ctx) != nil {
 			return nil
 		}
 	}
@@ -319,7 +320,7 @@ func (r *runner) convert(b *fetch.Batch) []pipeline.Record {
 
 // loop runs commit cycles until ctx ends (then the open cycle is
 // committed) or an error occurs (then it is aborted).
-func (r *runner) loop(ctx context.Context, b *backoff) error {
+func (r *runner) loop(ctx context.Context, b *backoff.Backoff) error {
 	cfg := r.j.cfg
 	txCtx := context.WithoutCancel(ctx) // a started cycle finishes on shutdown
 	for {
@@ -365,7 +366,7 @@ func (r *runner) loop(ctx context.Context, b *backoff) error {
 		} else if err := r.commit(txCtx, pos, &cycle); err != nil {
 			return err
 		}
-		b.reset()
+		b.Reset()
 		if stopping {
 			return nil
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"math/rand/v2"
 	"net"
 	"time"
 
@@ -16,6 +15,8 @@ import (
 	"github.com/segmentio/kafka-go/protocol/findcoordinator"
 	"github.com/segmentio/kafka-go/protocol/initproducerid"
 	"github.com/segmentio/kafka-go/protocol/metadata"
+
+	"github.com/dedupstream/dedupstream/internal/backoff"
 )
 
 // Config configures a Producer. Call ApplyDefaults, then Validate;
@@ -484,11 +485,7 @@ func (a *attempts) again(cause error) bool {
 	if a.ctx.Err() != nil {
 		return false
 	}
-	d := a.p.cfg.RetryBackoff << min(a.n-1, 30)
-	if d <= 0 || d > a.p.cfg.MaxRetryBackoff {
-		d = a.p.cfg.MaxRetryBackoff
-	}
-	d = d/2 + rand.N(d/2+1)
+	d := backoff.Delay(a.p.cfg.RetryBackoff, a.p.cfg.MaxRetryBackoff, a.n)
 	if time.Now().Add(d).After(a.deadline) {
 		return false
 	}
