@@ -147,8 +147,9 @@ type Commit struct {
 
 // Metrics configures the metrics and health listener.
 type Metrics struct {
-	// Listen is the host:port of /metrics, /livez and /readyz; empty
-	// disables it. The default value is "127.0.0.1:9464".
+	// Listen is the host:port of /metrics, /livez and /readyz; "off"
+	// disables the listener. The default value is "127.0.0.1:9464"
+	// (loopback only).
 	Listen string `yaml:"listen"`
 }
 

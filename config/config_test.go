@@ -108,3 +108,13 @@ func TestByteSize(t *testing.T) {
 		t.Errorf("String = %q", s)
 	}
 }
+
+func TestMetricsListenOff(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "job.yaml")
+	os.WriteFile(cfg, []byte("job: {id: j}\nkafka: {brokers: [\"h:1\"]}\ninput: {topics: [a]}\noutput: {topic: b}\nassignment: {partitions: [0]}\nstate: {dir: /s}\nmetrics: {listen: \"off\"}\n"), 0o644)
+	c, err := Load(cfg)
+	if err != nil || c.Metrics.Listen != "off" {
+		t.Fatalf("metrics.listen off: %v, %+v", err, c)
+	}
+}

@@ -58,7 +58,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
-	if cfg.Metrics.Listen != "" {
+	if cfg.Metrics.Listen != "off" {
 		stopServe, err := serveMetrics(cfg.Metrics.Listen, j, log)
 		if err != nil {
 			fmt.Fprintf(stderr, "dedupstream: metrics.listen: %v\n", err)
