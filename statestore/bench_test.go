@@ -64,10 +64,15 @@ func BenchmarkCommitOptions(b *testing.B) {
 		o.CompactionConcurrencyRange = func() (int, int) { return 1, 1 }
 		snappy(o)
 	}
+	// l0-only never compacts for read amplification: flushes pile up in L0
+	// and only expiry (DeleteRange) removes them.
+	l0Only := func(o *pebble.Options) {
+		o.L0CompactionThreshold, o.L0CompactionFileThreshold, o.L0StopWritesThreshold = 1000, 1_000_000, 2000
+	}
 	for _, c := range []struct {
 		name string
 		tune func(*pebble.Options)
-	}{{"ours", nil}, {"pebble-lsm-defaults", pebbleShape}, {"snappy", snappy}} {
+	}{{"ours", nil}, {"pebble-lsm-defaults", pebbleShape}, {"snappy", snappy}, {"l0-only", l0Only}} {
 		b.Run(c.name, func(b *testing.B) {
 			s := benchOpen(b, Options{tune: c.tune})
 			benchCommit(b, s, 10000)
