@@ -1,7 +1,7 @@
 # dedupstream — make is the front door; every target is listed in the README.
 GO        ?= go
 PKGS      ?= ./...
-BENCHTIME ?= 1x
+BENCHTIME ?= 1s
 FUZZTIME  ?= 30s
 
 .PHONY: build test demo bench fuzz lint fmt
