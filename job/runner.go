@@ -34,6 +34,11 @@ type runner struct {
 	ins   []*fetch.Fetcher // partition p of each raw topic, as Job.topics
 	out   *fetch.Fetcher   // output partition p, read back in recovery
 
+	// owned is set once Init took the transactional id over; later
+	// recoveries Resume with the id and epoch held, so a replaced instance
+	// is fenced instead of fencing its successor.
+	owned bool
+
 	// outNext is one past the last output record known: committed ones
 	// after recovery, and those of the open cycle after a produce.
 	outNext int64
@@ -236,9 +241,14 @@ func (r *runner) positions(dst []int64) []int64 {
 // the store up to the committed output, and resume the input.
 func (r *runner) recover(ctx context.Context) error {
 	r.j.addStats(func(s *Stats) { s.Recoveries++ })
-	if err := r.prod.Init(ctx); err != nil {
+	init := r.prod.Init
+	if r.owned {
+		init = r.prod.Resume
+	}
+	if err := init(ctx); err != nil {
 		return fmt.Errorf("init producer: %w", err)
 	}
+	r.owned = true
 	committed, err := r.j.committedOffsets(ctx, r.p)
 	if err != nil {
 		return fmt.Errorf("committed offsets: %w", err)

@@ -253,6 +253,20 @@ func (p *Producer) Init(ctx context.Context) error {
 	return p.initProducerID(ctx, -1, -1)
 }
 
+// Resume re-initialises a producer that already owns its transactional id,
+// for every recovery after the first: it always uses the producer id and
+// epoch it holds (KIP-360), so a producer that was replaced meanwhile gets
+// ErrFenced instead of fencing its successor (brokers 2.5 and later). It
+// aborts an open transaction and restarts sequences like Init. Before the
+// first successful Init it is Init; after ErrFenced it returns ErrFenced
+// without asking the broker.
+func (p *Producer) Resume(ctx context.Context) error {
+	if p.state == stateFenced {
+		return p.fenced
+	}
+	return p.reinit(ctx)
+}
+
 // reinit bumps the epoch of the producer id we hold (KIP-360): unlike Init
 // it fails with PRODUCER_FENCED instead of taking over when another producer
 // has initialised the transactional id since (brokers 2.5 and later). When

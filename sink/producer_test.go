@@ -631,3 +631,72 @@ func TestRecoveryReinitSendsProducerID(t *testing.T) {
 		t.Fatalf("keys %v", got)
 	}
 }
+
+// Resume, unlike Init, never takes the transactional id over once the
+// producer holds one: it re-initialises with its own producer id and epoch
+// (before the first Init it sends -1/-1), and a fenced producer is not
+// re-initialised at all.
+func TestResumeKeepsOwnership(t *testing.T) {
+	e := newFakeEnv(t)
+	topic := e.topic(1)
+	ctx := ctxT(t)
+	var mu sync.Mutex
+	var sent [][2]int64
+	e.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, TxnID: "resume", Observe: true, Count: -1,
+		When: func(r kmsg.Request) bool {
+			req := r.(*kmsg.InitProducerIDRequest)
+			mu.Lock()
+			sent = append(sent, [2]int64{req.ProducerID, int64(req.ProducerEpoch)})
+			mu.Unlock()
+			return true
+		}})
+	p, err := NewProducer(e.config("resume"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Resume(ctx); err != nil { // first: like Init
+		t.Fatal(err)
+	}
+	pid, epoch := p.ProducerID()
+	if err := p.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Produce(ctx, topic, 0, makeRecords("open", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Resume(ctx); err != nil { // aborts the open transaction
+		t.Fatal(err)
+	}
+	if pid2, epoch2 := p.ProducerID(); pid2 != pid || epoch2 != epoch+1 {
+		t.Fatalf("after Resume: producer %d/%d, want %d/%d", pid2, epoch2, pid, epoch+1)
+	}
+	mustTxn(t, p, topic, 0, makeRecords("after", 1), true)
+
+	// A successor takes the id over; the old producer finds out when it
+	// next writes, and Resume then reports the fencing instead of asking.
+	e.producer("resume") // Init: -1/-1, bumps the epoch
+	if err := p.Begin(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Produce(ctx, topic, 0, makeRecords("zombie", 1)); !errors.Is(err, ErrFenced) {
+		t.Fatalf("zombie produce: %v, want ErrFenced", err)
+	}
+	mu.Lock()
+	before := len(sent)
+	mu.Unlock()
+	if err := p.Resume(ctx); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Resume of a fenced producer: %v, want ErrFenced", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sent) != before {
+		t.Fatalf("Resume of a fenced producer sent InitProducerID %v", sent[before:])
+	}
+	want := [][2]int64{{-1, -1}, {pid, int64(epoch)}, {-1, -1}}
+	if !slices.Equal(sent, want) {
+		t.Fatalf("InitProducerID requests %v, want %v", sent, want)
+	}
+	if got := keys(e.drain(topic, 0, false)); !slices.Equal(got, []string{"after-0"}) {
+		t.Fatalf("committed keys %v, want only after-0", got)
+	}
+}
