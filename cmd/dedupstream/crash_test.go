@@ -182,22 +182,7 @@ metrics: {listen: "127.0.0.1:0"}
 
 	// The last run drains everything and stops cleanly on SIGTERM.
 	last := startChild(t, cfgPath, "")
-	for {
-		ok, committed, err := prod.Caught(ctx, group, raw, parts, 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if ok {
-			break
-		}
-		select {
-		case err := <-last.done:
-			t.Fatalf("last run exited early: %v\n%s", err, last.out.String())
-		case <-ctx.Done():
-			t.Fatalf("last run did not catch up: committed %v of %v\n%s", committed, prod.End[raw], last.out.String())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	waitCaught(ctx, t, prod, group, raw, parts, last)
 	last.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case err := <-last.done:
@@ -266,27 +251,8 @@ metrics: {listen: "127.0.0.1:0"}
 	if err := prod.Produce(ctx, w.Records[:half]); err != nil {
 		t.Fatal(err)
 	}
-	waitCaught := func(ch *child, only ...int32) {
-		t.Helper()
-		for {
-			ok, committed, err := prod.Caught(ctx, group, raw, parts, 1, only...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if ok {
-				return
-			}
-			select {
-			case err := <-ch.done:
-				t.Fatalf("instance exited early: %v\n%s", err, ch.out.String())
-			case <-ctx.Done():
-				t.Fatalf("instance did not catch up: committed %v of %v\n%s", committed, prod.End[raw], ch.out.String())
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}
 	older := startChild(t, writeCfg("a", "0, 1", "warn"), "")
-	waitCaught(older, 0, 1)
+	waitCaught(ctx, t, prod, group, raw, parts, older, 0, 1)
 	newer := startChild(t, writeCfg("b", "1, 2, 3", "info"), "")
 	// The older instance learns it is fenced only when it writes again:
 	// give it input once the newer one has taken partition 1 over.
@@ -303,7 +269,7 @@ metrics: {listen: "127.0.0.1:0"}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("older instance was not fenced within 30s:\n%s\nnewer:\n%s", older.out.String(), newer.out.String())
 	}
-	waitCaught(newer, 1, 2, 3)
+	waitCaught(ctx, t, prod, group, raw, parts, newer, 1, 2, 3)
 	newer.cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-newer.done; err != nil {
 		t.Fatalf("newer instance: %v after SIGTERM, want exit 0:\n%s", err, newer.out.String())
@@ -312,7 +278,7 @@ metrics: {listen: "127.0.0.1:0"}
 	// Partition 0 lost its owner with the older instance; a new one finishes it.
 	rest := startChild(t, writeCfg("c", "0", "info"), "")
 	rest.waitOutput(t, "msg=recovered", 20*time.Second) // its signal handler is in place
-	waitCaught(rest, 0)
+	waitCaught(ctx, t, prod, group, raw, parts, rest, 0)
 	checkEndpoints(t, rest)
 	rest.cmd.Process.Signal(syscall.SIGTERM)
 	if err := <-rest.done; err != nil {
@@ -361,6 +327,29 @@ func checkEndpoints(t *testing.T, c *child) {
 	for _, m := range []string{"dedupstream_records_in_total", `dedupstream_duplicates_dropped_total{reason="history"}`, "dedupstream_ready_stages 1"} {
 		if !strings.Contains(body, m) {
 			t.Errorf("/metrics lacks %s", m)
+		}
+	}
+}
+
+// waitCaught waits until the committed offsets of group cover every record
+// produced to raw (only the listed partitions, when given), failing the
+// test if the child exits first or ctx ends.
+func waitCaught(ctx context.Context, t *testing.T, prod *jobtest.Producer, group, raw string, parts int, ch *child, only ...int32) {
+	t.Helper()
+	for {
+		ok, committed, err := prod.Caught(ctx, group, raw, parts, 1, only...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			return
+		}
+		select {
+		case err := <-ch.done:
+			t.Fatalf("instance exited early: %v\n%s", err, ch.out.String())
+		case <-ctx.Done():
+			t.Fatalf("instance did not catch up: committed %v of %v\n%s", committed, prod.End[raw], ch.out.String())
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
