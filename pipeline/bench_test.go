@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
@@ -193,4 +194,44 @@ func benchMap(b *testing.B, e *benchEnv, dup float64) {
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// BenchmarkReopen measures how long a stage with a full window takes to be
+// ready again: after a clean Close (Bloom snapshot loaded) and after a crash
+// (no snapshot: the filter is rebuilt by scanning the store).
+//
+//	make bench BENCH=Reopen BENCHTIME=3x
+func BenchmarkReopen(b *testing.B) {
+	defer closeBenchEnvs()
+	for _, keys := range []int{1_000_000, 10_000_000} {
+		for _, crash := range []bool{false, true} {
+			name := fmt.Sprintf("keys=%dM/snapshot", keys/1_000_000)
+			if crash {
+				name = fmt.Sprintf("keys=%dM/rebuild", keys/1_000_000)
+			}
+			b.Run(name, func(b *testing.B) {
+				e := openBenchEnv(b, keys, false)
+				cfg, opts := e.stage.cfg, Options{Clock: e.stage.clock}
+				b.ResetTimer()
+				for range b.N {
+					b.StopTimer()
+					if err := e.stage.Close(); err != nil {
+						b.Fatal(err)
+					}
+					if crash {
+						if err := os.Remove(filepath.Join(e.dir, snapshotFile)); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.StartTimer()
+					st, err := Open(e.dir, cfg, opts)
+					if err != nil {
+						b.Fatal(err)
+					}
+					e.stage = st
+				}
+				b.ReportMetric(float64(keys)*float64(b.N)/b.Elapsed().Seconds(), "keys/s")
+			})
+		}
+	}
 }
