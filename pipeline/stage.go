@@ -53,6 +53,7 @@ type Stage struct {
 
 	cycle  map[partition.Hash]pending // keys emitted since the last Commit
 	batch  *statestore.Batch
+	reader statestore.Reader // open during Process once a key needs confirming
 	keyBuf []byte
 	cands  []uint64
 	err    error // sticky: a failed store stops the stage
@@ -200,13 +201,21 @@ func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error)
 	}
 	s.advance(in)
 	oldest := s.win.oldestLive(s.cur)
+	var err error
 	for i := range in {
-		d, err := s.decide(&in[i], oldest, &c)
-		if err != nil {
-			s.err = fmt.Errorf("pipeline: lookup: %w", err)
-			return out, c, s.err
+		var d Decision
+		if d, err = s.decide(&in[i], oldest, &c); err != nil {
+			break
 		}
 		out = append(out, d)
+	}
+	// One store reader serves every confirmation of the batch.
+	if cerr := s.reader.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.err = fmt.Errorf("pipeline: lookup: %w", err)
+		return out, c, s.err
 	}
 	c.In = uint64(len(in))
 	return out, c, nil
@@ -248,7 +257,12 @@ func (s *Stage) decide(r *Record, oldest uint64, c *Counts) (Decision, error) {
 		return s.emit(h, version, c), nil
 	}
 	c.StoreReads++
-	_, stored, found, err := s.store.Lookup(h, s.cands)
+	if !s.reader.IsOpen() {
+		if err := s.store.OpenReader(&s.reader); err != nil {
+			return Decision{}, err
+		}
+	}
+	_, stored, found, err := s.reader.Lookup(h, s.cands)
 	if err != nil {
 		return Decision{}, err
 	}

@@ -173,3 +173,50 @@ func BenchmarkRead(b *testing.B) {
 	run("lookup5/miss", func(i int) bool { return lookup(keyOf(99, uint64(i))) })
 	_ = sink
 }
+
+// BenchmarkLookups confirms batches of 2000 present keys spread over 5
+// generations, one Lookup (one iterator) each against one Reader per batch.
+// Sorting a batch by key before reading measured no further gain.
+func BenchmarkLookups(b *testing.B) {
+	const ngen, perGen, batch = 5, 200_000, 2000
+	s := benchOpen(b, Options{})
+	loadGens(b, s, ngen, perGen)
+	gens := make([]uint64, ngen+1)
+	for g := range gens {
+		gens[g] = uint64(g)
+	}
+	probe := func(round, i int) (partition.Hash, []uint64) {
+		g := uint64(1 + (round*batch+i)%ngen)
+		return keyOf(g, uint64((round*batch+i)*7919%perGen)), gens[g : g+1]
+	}
+	for _, mode := range []string{"lookup-each", "reader-per-batch"} {
+		b.Run(mode, func(b *testing.B) {
+			b.ReportAllocs()
+			var rd Reader
+			for round := range b.N {
+				if mode == "reader-per-batch" {
+					if err := s.OpenReader(&rd); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for i := range batch {
+					h, g := probe(round, i)
+					var found bool
+					var err error
+					if mode == "lookup-each" {
+						_, _, found, err = s.Lookup(h, g)
+					} else {
+						_, _, found, err = rd.Lookup(h, g)
+					}
+					if err != nil || !found {
+						b.Fatalf("probe %d: found %v, err %v", i, found, err)
+					}
+				}
+				if err := rd.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "keys/s")
+		})
+	}
+}

@@ -261,7 +261,8 @@ func newReader() any {
 // Get reports whether h was stored in generation gen, and its version in
 // version mode (0 otherwise). Get does not allocate.
 func (s *Store) Get(gen uint64, h partition.Hash) (version uint64, found bool, err error) {
-	_, version, found, err = s.lookup(h, gen, nil)
+	one := [1]uint64{gen}
+	_, version, found, err = s.lookup(h, one[:])
 	return version, found, err
 }
 
@@ -272,53 +273,20 @@ func (s *Store) Lookup(h partition.Hash, gens []uint64) (gen, version uint64, fo
 	if len(gens) == 0 {
 		return 0, 0, false, s.usable()
 	}
-	return s.lookup(h, gens[0], gens[1:])
+	return s.lookup(h, gens)
 }
 
-// lookup probes first, then each of more.
-func (s *Store) lookup(h partition.Hash, first uint64, more []uint64) (gen, version uint64, found bool, err error) {
-	if err := s.usable(); err != nil {
+// lookup probes gens in order through a Reader of its own.
+func (s *Store) lookup(h partition.Hash, gens []uint64) (gen, version uint64, found bool, err error) {
+	var rd Reader
+	if err := s.OpenReader(&rd); err != nil {
 		return 0, 0, false, err
 	}
-	defer s.fatal.recover(&err)
-	r := s.readers.Get().(*reader)
-	defer s.readers.Put(r)
-	r.opts.PointKeyFilters = r.filters[:0]
-	it, err := s.db.NewIter(&r.opts)
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("statestore: get: %w", err)
-	}
-	putBucketKey(r.key[:], first, h)
-	gen = first
-	for i := -1; i < len(more); i++ {
-		if i >= 0 {
-			gen = more[i]
-			binary.BigEndian.PutUint64(r.key[1:genPrefixLen], gen)
-		}
-		// The comparer's Split is the whole key, so a prefix seek is an
-		// exact-match probe that can use the sstable Bloom filters.
-		if it.SeekPrefixGE(r.key[:]) {
-			var v []byte
-			if v, err = it.ValueAndErr(); err == nil {
-				version, err = decodeVersion(v)
-			}
-			found = err == nil
-			break
-		}
-		if err = it.Error(); err != nil {
-			break
-		}
-	}
-	if cerr := it.Close(); err == nil {
+	gen, version, found, err = rd.Lookup(h, gens)
+	if cerr := rd.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
-		return 0, 0, false, fmt.Errorf("statestore: get generation %d: %w", gen, err)
-	}
-	if !found {
-		gen = 0
-	}
-	return gen, version, found, nil
+	return gen, version, found, err
 }
 
 // ScanGeneration calls fn for every key of bucket gen, in hash order, until
