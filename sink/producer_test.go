@@ -589,16 +589,7 @@ func TestRecoveryReinitSendsProducerID(t *testing.T) {
 	e := newFakeEnv(t)
 	topic := e.topic(1)
 	ctx := ctxT(t)
-	var mu sync.Mutex
-	var sent [][2]int64
-	e.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, TxnID: "reinit", Observe: true, Count: -1,
-		When: func(r kmsg.Request) bool {
-			req := r.(*kmsg.InitProducerIDRequest)
-			mu.Lock()
-			sent = append(sent, [2]int64{req.ProducerID, int64(req.ProducerEpoch)})
-			mu.Unlock()
-			return true
-		}})
+	sent := observeInitProducerID(e, "reinit")
 	p := e.producer("reinit")
 	pid, epoch := p.ProducerID()
 	if err := p.Begin(); err != nil {
@@ -621,11 +612,9 @@ func TestRecoveryReinitSendsProducerID(t *testing.T) {
 	if err := p.Init(ctx); err != nil { // a fresh Init takes over
 		t.Fatal(err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	want := [][2]int64{{-1, -1}, {pid, int64(epoch)}, {-1, -1}}
-	if !slices.Equal(sent, want) {
-		t.Fatalf("InitProducerID requests %v, want %v", sent, want)
+	if got := sent(); !slices.Equal(got, want) {
+		t.Fatalf("InitProducerID requests %v, want %v", got, want)
 	}
 	if got := keys(e.drain(topic, 0, false)); !slices.Equal(got, []string{"z-0"}) {
 		t.Fatalf("keys %v", got)
@@ -640,16 +629,7 @@ func TestResumeKeepsOwnership(t *testing.T) {
 	e := newFakeEnv(t)
 	topic := e.topic(1)
 	ctx := ctxT(t)
-	var mu sync.Mutex
-	var sent [][2]int64
-	e.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, TxnID: "resume", Observe: true, Count: -1,
-		When: func(r kmsg.Request) bool {
-			req := r.(*kmsg.InitProducerIDRequest)
-			mu.Lock()
-			sent = append(sent, [2]int64{req.ProducerID, int64(req.ProducerEpoch)})
-			mu.Unlock()
-			return true
-		}})
+	sent := observeInitProducerID(e, "resume")
 	p, err := NewProducer(e.config("resume"))
 	if err != nil {
 		t.Fatal(err)
@@ -681,22 +661,38 @@ func TestResumeKeepsOwnership(t *testing.T) {
 	if _, err := p.Produce(ctx, topic, 0, makeRecords("zombie", 1)); !errors.Is(err, ErrFenced) {
 		t.Fatalf("zombie produce: %v, want ErrFenced", err)
 	}
-	mu.Lock()
-	before := len(sent)
-	mu.Unlock()
+	before := len(sent())
 	if err := p.Resume(ctx); !errors.Is(err, ErrFenced) {
 		t.Fatalf("Resume of a fenced producer: %v, want ErrFenced", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(sent) != before {
-		t.Fatalf("Resume of a fenced producer sent InitProducerID %v", sent[before:])
+	if got := sent(); len(got) != before {
+		t.Fatalf("Resume of a fenced producer sent InitProducerID %v", got[before:])
 	}
 	want := [][2]int64{{-1, -1}, {pid, int64(epoch)}, {-1, -1}}
-	if !slices.Equal(sent, want) {
-		t.Fatalf("InitProducerID requests %v, want %v", sent, want)
+	if got := sent(); !slices.Equal(got, want) {
+		t.Fatalf("InitProducerID requests %v, want %v", got, want)
 	}
 	if got := keys(e.drain(topic, 0, false)); !slices.Equal(got, []string{"after-0"}) {
 		t.Fatalf("committed keys %v, want only after-0", got)
+	}
+}
+
+// observeInitProducerID records the producer id and epoch of every
+// InitProducerID request for txnID; the returned function reads them.
+func observeInitProducerID(e *env, txnID string) func() [][2]int64 {
+	var mu sync.Mutex
+	var sent [][2]int64
+	e.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, TxnID: txnID, Observe: true, Count: -1,
+		When: func(r kmsg.Request) bool {
+			req := r.(*kmsg.InitProducerIDRequest)
+			mu.Lock()
+			sent = append(sent, [2]int64{req.ProducerID, int64(req.ProducerEpoch)})
+			mu.Unlock()
+			return true
+		}})
+	return func() [][2]int64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(sent)
 	}
 }
