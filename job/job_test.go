@@ -192,19 +192,14 @@ func (e *env) waitCommitted(r *running, frac float64, timeout time.Duration, onl
 func (e *env) verify(w *jobtest.Workload, st job.Stats) {
 	e.t.Helper()
 	ctx := e.ctx(30 * time.Second)
-	out, err := jobtest.ReadCommitted(ctx, e.brokers, outTopic, partitions)
+	rep, err := w.Verify(ctx, e.brokers, outTopic, dlqTopic, partitions)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	dlq, err := jobtest.ReadCommitted(ctx, e.brokers, dlqTopic, 1)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	rep := w.Check(out, dlq)
 	for _, p := range rep.Problems {
 		e.t.Error(p)
 	}
-	for _, p := range w.CheckAccounting(st, len(out), len(dlq)) {
+	for _, p := range w.CheckAccounting(st, rep.Out, rep.DLQ) {
 		e.t.Error("accounting: " + p)
 	}
 	e.t.Logf("in=%d out=%d dropped=%d dlq=%d escaped=%d lost=%d; job: %+v", rep.In, rep.Out, w.Dropped(), rep.DLQ, rep.Escaped, rep.Lost, st)
@@ -320,12 +315,10 @@ func TestFenced(t *testing.T) {
 	e.stop(rest)
 
 	ctx := e.ctx(30 * time.Second)
-	out, err1 := jobtest.ReadCommitted(ctx, e.brokers, outTopic, partitions)
-	dlq, err2 := jobtest.ReadCommitted(ctx, e.brokers, dlqTopic, 1)
-	if err := errors.Join(err1, err2); err != nil {
+	rep, err := w.Verify(ctx, e.brokers, outTopic, dlqTopic, partitions)
+	if err != nil {
 		t.Fatal(err)
 	}
-	rep := w.Check(out, dlq)
 	for _, p := range rep.Problems {
 		t.Error(p)
 	}

@@ -194,15 +194,10 @@ metrics: {listen: "127.0.0.1:0"}
 		t.Fatal("last run did not exit within 20s of SIGTERM")
 	}
 
-	outRecs, err := jobtest.ReadCommitted(ctx, brokers, out, parts)
+	rep, err := w.Verify(ctx, brokers, out, dlq, parts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dlqRecs, err := jobtest.ReadCommitted(ctx, brokers, dlq, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := w.Check(outRecs, dlqRecs)
 	for _, p := range rep.Problems {
 		t.Error(p)
 	}
@@ -286,15 +281,10 @@ metrics: {listen: "127.0.0.1:0"}
 	}
 	rest.done <- nil
 
-	outRecs, err := jobtest.ReadCommitted(ctx, brokers, out, parts)
+	rep, err := w.Verify(ctx, brokers, out, dlq, parts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dlqRecs, err := jobtest.ReadCommitted(ctx, brokers, dlq, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep := w.Check(outRecs, dlqRecs)
 	for _, p := range rep.Problems {
 		t.Error(p)
 	}

@@ -136,24 +136,19 @@ func demo(ctx context.Context, w io.Writer, keys, replay, parts int) error {
 
 	readCtx, cancelRead := context.WithTimeout(ctx, time.Minute)
 	defer cancelRead()
-	out, err := jobtest.ReadCommitted(readCtx, brokers, "orders", parts)
+	rep, err := wl.Verify(readCtx, brokers, "orders", "orders-dlq", parts)
 	if err != nil {
 		return err
 	}
-	dlq, err := jobtest.ReadCommitted(readCtx, brokers, "orders-dlq", 1)
-	if err != nil {
-		return err
-	}
-	rep := wl.Check(out, dlq)
 	st := j.Stats()
-	problems := append(rep.Problems, wl.CheckAccounting(st, len(out), len(dlq))...)
+	problems := append(rep.Problems, wl.CheckAccounting(st, rep.Out, rep.DLQ)...)
 	tw := func(k string, v any) { fmt.Fprintf(w, "  %-28s %v\n", k, v) }
 	fmt.Fprintln(w, "report (output read back read_committed by an independent kgo client):")
 	tw("records in", len(wl.Records))
-	tw("records out", len(out))
+	tw("records out", rep.Out)
 	tw("dropped, same commit cycle", st.DroppedBatch)
 	tw("dropped, seen before", st.DroppedHistory)
-	tw("dead-lettered", len(dlq))
+	tw("dead-lettered", rep.DLQ)
 	tw("in = out + dropped + dlq", st.In == st.Emitted+st.DroppedBatch+st.DroppedHistory+st.DeadLettered)
 	tw("escaped duplicates", rep.Escaped)
 	tw("lost records", rep.Lost)

@@ -137,6 +137,20 @@ func (r *Report) addf(format string, args ...any) {
 	}
 }
 
+// Verify reads the output (partitions partitions) and the DLQ (one
+// partition) read_committed with kgo and checks them with Check.
+func (w *Workload) Verify(ctx context.Context, brokers []string, outTopic, dlqTopic string, partitions int) (Report, error) {
+	out, err := ReadCommitted(ctx, brokers, outTopic, partitions)
+	if err != nil {
+		return Report{}, err
+	}
+	dlq, err := ReadCommitted(ctx, brokers, dlqTopic, 1)
+	if err != nil {
+		return Report{}, err
+	}
+	return w.Check(out, dlq), nil
+}
+
 // Check verifies G1 (no key twice in out), G2 (every key present, with the
 // bytes of its first record, on its input partition) and the DLQ (every
 // poison record, with reason and source headers).
