@@ -15,6 +15,7 @@ import (
 	"github.com/dedupstream/dedupstream/internal/backoff"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
+	"github.com/dedupstream/dedupstream/sink"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/compress"
 )
@@ -51,6 +52,11 @@ type Options struct {
 	// offsets, metadata). The default value is a new *kafka.Transport with
 	// the config's client id.
 	Transport *kafka.Transport
+	// Dialer opens the consumer group's coordinator connections in
+	// assignment mode group (kafka-go's ConsumerGroup does not use the
+	// Transport). The default value is a *kafka.Dialer with the config's
+	// client id.
+	Dialer *kafka.Dialer
 	// Clock is the wall clock given to the stages. The default value is
 	// time.Now.
 	Clock func() time.Time
@@ -90,6 +96,9 @@ func (o *Options) applyDefaults(cfg *config.Config) {
 	if o.Transport == nil {
 		o.Transport = &kafka.Transport{ClientID: cfg.Kafka.ClientID, DialTimeout: 10 * time.Second}
 	}
+	if o.Dialer == nil {
+		o.Dialer = &kafka.Dialer{ClientID: cfg.Kafka.ClientID, Timeout: 10 * time.Second}
+	}
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
@@ -127,8 +136,15 @@ type Stats struct {
 	// Cycles counts committed transactions.
 	Cycles uint64
 	// Ready is the number of stages that completed recovery and are
-	// processing input now.
-	Ready int
+	// processing input now; Assigned is the number of partitions this
+	// instance owns now (static: the configured ones; group: those of the
+	// current generation, 0 between generations).
+	Ready, Assigned int
+	// Assignment is true while an assignment is current: in static mode
+	// after the topic check, in group mode while a generation runs.
+	Assignment bool
+	// Generations counts consumer group generations joined (group mode).
+	Generations uint64
 }
 
 // Job runs the stages of the partitions this instance owns.
@@ -151,9 +167,6 @@ func New(cfg *config.Config, opts Options) (*Job, error) {
 	var problems []string
 	if cfg.Input.Partitioning != "input" {
 		problems = append(problems, fmt.Sprintf("input.partitioning: only \"input\", got %q", cfg.Input.Partitioning))
-	}
-	if cfg.Assignment.Mode != "static" {
-		problems = append(problems, fmt.Sprintf("assignment.mode: only \"static\", got %q", cfg.Assignment.Mode))
 	}
 	if cfg.Assignment.Mode == "static" && len(cfg.Assignment.Partitions) == 0 {
 		problems = append(problems, "assignment.partitions: no partitions to run")
@@ -205,9 +218,10 @@ func (j *Job) stateDir(p int) string {
 
 // Run checks the topics, then runs one stage per owned partition until ctx
 // ends (it then commits or aborts each open cycle and returns nil) or a stage
-// fails for good: fenced by another instance, a fatal broker answer, or a
-// failed state store. The first such failure stops every stage and is
-// returned.
+// fails for good: fenced by another instance (static mode), a fatal broker
+// answer, or a failed state store. The first such failure stops every stage
+// and is returned. In group mode the owned partitions are those of the
+// consumer group's current generation; see runGroup.
 func (j *Job) Run(ctx context.Context) error {
 	layout, err := j.checkTopics(ctx)
 	if err != nil {
@@ -216,6 +230,17 @@ func (j *Job) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	if j.cfg.Assignment.Mode == "group" {
+		return j.runGroup(ctx, layout)
+	}
+	parts := j.cfg.Assignment.Partitions
+	j.addStats(func(s *Stats) { s.Assigned, s.Assignment = len(parts), true })
+	return j.runStages(ctx, parts, layout, sink.Group{ID: j.cfg.Job.ID})
+}
+
+// runStages runs a stage for each of parts until ctx ends or one fails; a
+// failure cancels the others. It returns the failures joined.
+func (j *Job) runStages(ctx context.Context, parts []int, lay layout, group sink.Group) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -223,9 +248,9 @@ func (j *Job) Run(ctx context.Context) error {
 		mu   sync.Mutex
 		errs []error
 	)
-	for _, p := range j.cfg.Assignment.Partitions {
+	for _, p := range parts {
 		wg.Go(func() {
-			r := newRunner(j, p, layout)
+			r := newRunner(j, p, lay, group)
 			if err := r.run(ctx); err != nil {
 				mu.Lock()
 				errs = append(errs, err)

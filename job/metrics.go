@@ -54,8 +54,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, float64(s.Ready))
 }
 
-// Ready reports whether every owned stage has completed recovery and is
-// processing input: the /readyz condition.
+// Ready reports whether an assignment is current and every stage of it has
+// completed recovery and is processing input: the /readyz condition.
 func (j *Job) Ready() bool {
-	return j.Stats().Ready == len(j.cfg.Assignment.Partitions)
+	s := j.Stats()
+	return s.Assignment && s.Ready == s.Assigned
 }

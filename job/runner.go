@@ -24,10 +24,11 @@ const misrouteWarnEvery = time.Minute
 // runner drives the stage of one owned partition p: raw partition p in,
 // output partition p out, one transactional producer.
 type runner struct {
-	j   *Job
-	p   int
-	lay layout
-	log *slog.Logger
+	j     *Job
+	p     int
+	lay   layout
+	group sink.Group // the membership sent with the input offsets
+	log   *slog.Logger
 
 	stage *pipeline.Stage
 	prod  *sink.Producer
@@ -71,12 +72,13 @@ func (r *runner) setReady(ready bool) {
 	r.j.addStats(func(s *Stats) { s.Ready += d })
 }
 
-func newRunner(j *Job, p int, lay layout) *runner {
+func newRunner(j *Job, p int, lay layout, group sink.Group) *runner {
 	return &runner{
-		j:   j,
-		p:   p,
-		lay: lay,
-		log: j.log.With("stage", p),
+		j:     j,
+		p:     p,
+		lay:   lay,
+		group: group,
+		log:   j.log.With("stage", p),
 	}
 }
 
@@ -162,6 +164,8 @@ func (r *runner) run(ctx context.Context) (err error) {
 		}
 		k := classify(err)
 		switch {
+		case k == fenced && r.group.MemberID != "":
+			return fmt.Errorf("partition %d: fenced: the partition moved to another group member (a rebalance, or this member missed its heartbeats): %w", r.p, err)
 		case k == fenced:
 			return fmt.Errorf("partition %d: fenced: another instance took over transactional id %q (is this partition assigned to two instances?): %w",
 				r.p, r.prod.TransactionalID(), err)
@@ -392,7 +396,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 			offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off})
 		}
 	}
-	err := r.prod.SendOffsets(ctx, sink.Group{ID: r.j.cfg.Job.ID}, offsets)
+	err := r.prod.SendOffsets(ctx, r.group, offsets)
 	if err == nil {
 		r.j.opts.Failpoint(FailpointProduced)
 		err = r.prod.Commit(ctx)
