@@ -84,16 +84,16 @@ func Open(dir string, cfg Config, opts Options) (*Stage, error) {
 		return nil, err
 	}
 	s := &Stage{
-		cfg:    cfg,
-		win:    newWindow(&cfg),
-		keyer:  keyer,
-		clock:  opts.Clock,
-		log:    opts.Logger,
-		dir:    dir,
-		store:  store,
-		cycle:  make(map[partition.Hash]pending),
-		batch:  store.NewBatch(),
-		cands:  make([]uint64, 0, cfg.Generations+1),
+		cfg:   cfg,
+		win:   newWindow(&cfg),
+		keyer: keyer,
+		clock: opts.Clock,
+		log:   opts.Logger,
+		dir:   dir,
+		store: store,
+		cycle: make(map[partition.Hash]pending),
+		batch: store.NewBatch(),
+		cands: make([]uint64, 0, cfg.Generations+1),
 	}
 	st := store.State()
 	s.cur = st.Generation
@@ -275,7 +275,6 @@ func (s *Stage) emit(h partition.Hash, version uint64, c *Counts) Decision {
 	c.Emitted++
 	return Decision{Verdict: Emit}
 }
-
 
 // Commit makes the open cycle's keys durable together with checkpoint (the
 // caller's input offsets and next output offset) in one atomic batch, then
