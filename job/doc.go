@@ -19,6 +19,20 @@
 // "<state.dir>/partition-<p>". Dead-lettered records of
 // stage p go to DLQ partition p modulo the DLQ's partition count.
 //
+// In repartition mode the raw topics may have any partition counts and
+// producers may place records anywhere. A route step reads them and writes
+// every record, unchanged, to partition murmur2(business key) mod N of the
+// topic "<job.id>-repartition" (created with N partitions, N being the
+// output's count, when it does not exist); stage p then reads partition p of
+// that topic as above. The route step of raw partition r belongs to stage
+// r mod N, so it runs wherever that stage runs, in both assignment modes.
+// It writes in transactions with its input offsets (group
+// "<job.id>-route", transactional id "<job.id>-route-<topic>-<r>"), so the
+// repartition topic holds every raw record once, and records it cannot key
+// go to the DLQ from there with their raw source. Across raw partitions
+// there is no order, so which of a key's records arriving on different
+// raw partitions counts as first is the one routed first.
+//
 // When the business key is the Kafka key (dedup.key: [key]), every record's
 // key is run through the configured input.partitioner; records that arrived
 // on another partition are counted (Stats.Misrouted) and logged at most once
@@ -120,6 +134,5 @@
 //
 // # Limits
 //
-// This version runs partitioning mode "input" only; New rejects
-// "repartition" with ErrUnsupported. It connects without TLS or SASL.
+// This version connects without TLS or SASL.
 package job

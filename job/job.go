@@ -40,10 +40,6 @@ const (
 // exist. Each problem is on its own line and names the config field.
 var ErrTopics = errors.New("job: topics do not fit the config")
 
-// ErrUnsupported reports a configuration this build of the job cannot run
-// yet (see the package documentation, "Limits").
-var ErrUnsupported = errors.New("job: not supported yet")
-
 // Options are the resources a Job is given rather than configured with.
 type Options struct {
 	// Logger receives the job's events. The default value discards them.
@@ -135,6 +131,10 @@ type Stats struct {
 	Misrouted uint64
 	// Cycles counts committed transactions.
 	Cycles uint64
+	// RouteIn counts raw records the route step of repartition mode read
+	// in committed cycles; Routed those it wrote to the repartition topic
+	// (the rest went to the DLQ and are counted in DeadLettered too).
+	RouteIn, Routed uint64
 	// Ready is the number of stages that completed recovery and are
 	// processing input now; Assigned is the number of partitions this
 	// instance owns now (static: the configured ones; group: those of the
@@ -153,7 +153,8 @@ type Job struct {
 	opts   Options
 	log    *slog.Logger
 	client *kafka.Client
-	topics []string // the raw topics
+	raw    []string // the raw topics
+	topics []string // the stages' input: the raw topics, or the repartition topic
 	codec  compress.Compression
 	partFn func(key []byte, n int) int // nil: no partition check
 
@@ -164,15 +165,8 @@ type Job struct {
 // New checks that cfg is something this build can run and returns a Job.
 // It does no I/O.
 func New(cfg *config.Config, opts Options) (*Job, error) {
-	var problems []string
-	if cfg.Input.Partitioning != "input" {
-		problems = append(problems, fmt.Sprintf("input.partitioning: only \"input\", got %q", cfg.Input.Partitioning))
-	}
 	if cfg.Assignment.Mode == "static" && len(cfg.Assignment.Partitions) == 0 {
-		problems = append(problems, "assignment.partitions: no partitions to run")
-	}
-	if len(problems) > 0 {
-		return nil, fmt.Errorf("%w:\n%s", ErrUnsupported, strings.Join(problems, "\n"))
+		return nil, errors.New("job: assignment.partitions: no partitions to run")
 	}
 	opts.applyDefaults(cfg)
 	j := &Job{
@@ -180,7 +174,11 @@ func New(cfg *config.Config, opts Options) (*Job, error) {
 		opts:   opts,
 		log:    opts.Logger,
 		client: &kafka.Client{Addr: kafka.TCP(cfg.Kafka.Brokers...), Transport: opts.Transport},
+		raw:    slices.Clone(cfg.Input.Topics),
 		topics: slices.Clone(cfg.Input.Topics),
+	}
+	if cfg.Input.Partitioning == "repartition" {
+		j.topics = []string{RepartitionTopic(cfg)}
 	}
 	switch cfg.Output.Compression {
 	case "gzip":
@@ -194,9 +192,16 @@ func New(cfg *config.Config, opts Options) (*Job, error) {
 	}
 	if slices.Equal(cfg.Dedup.Key, []string{"key"}) {
 		j.partFn, _ = partition.PartitionerByName(cfg.Input.Partitioner)
+		if cfg.Input.Partitioning == "repartition" {
+			j.partFn = partition.Murmur2Partition // how the route step places records
+		}
 	}
 	return j, nil
 }
+
+// RepartitionTopic is the topic between the route step and the stages in
+// repartition mode: "<job.id>-repartition".
+func RepartitionTopic(cfg *config.Config) string { return cfg.Job.ID + "-repartition" }
 
 // Stats returns the counters so far. It may be called while Run runs.
 func (j *Job) Stats() Stats {
@@ -248,16 +253,29 @@ func (j *Job) runStages(ctx context.Context, parts []int, lay layout, group sink
 		mu   sync.Mutex
 		errs []error
 	)
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+		cancel(err)
+	}
 	for _, p := range parts {
 		wg.Go(func() {
-			r := newRunner(j, p, lay, group)
-			if err := r.run(ctx); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				cancel(err)
+			if err := newRunner(j, p, lay, group).run(ctx); err != nil {
+				fail(err)
 			}
 		})
+		for _, src := range j.routeSources(p, lay) {
+			wg.Go(func() {
+				rt, err := newRouter(j, src, lay)
+				if err == nil {
+					err = rt.run(ctx)
+				}
+				if err != nil {
+					fail(err)
+				}
+			})
+		}
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -265,21 +283,38 @@ func (j *Job) runStages(ctx context.Context, parts []int, lay layout, group sink
 
 // layout is what Run learnt about the topics at start-up.
 type layout struct {
-	partitions    int // of the raw topic, the output topic and the job
+	partitions    int // of the stages' input topics, the output topic and the job
 	dlqPartitions int
+	raw           map[string]int // partition counts of the raw topics
 }
 
-// checkTopics verifies the promise of input mode: the output topic has
-// exactly as many partitions as the raw topic (one per stage), every owned
-// partition exists, and the DLQ topic exists.
+// checkTopics verifies the promise of the partitioning mode. Input mode:
+// the output topic has exactly as many partitions as every raw topic (one
+// per stage). Repartition mode: the raw topics exist with any partition
+// count, and the repartition topic has the output's count; it is created
+// so when it does not exist. In both, every owned partition exists and the
+// DLQ topic exists.
 func (j *Job) checkTopics(ctx context.Context) (layout, error) {
-	names := append([]string{j.cfg.Output.Topic, j.cfg.Output.DLQTopic}, j.topics...)
+	names := append([]string{j.cfg.Output.Topic, j.cfg.Output.DLQTopic}, j.raw...)
+	repartition := j.cfg.Input.Partitioning == "repartition"
+	if repartition {
+		names = append(names, j.topics[0])
+	}
 	var counts map[string]int
 	b := &backoff.Backoff{Base: j.opts.Backoff, Limit: j.opts.MaxBackoff}
 	deadline := time.Now().Add(max(j.retryTimeout(), 10*time.Second))
+	created := false
 	for {
 		var err error
 		counts, err = j.partitionCounts(ctx, names)
+		if err == nil && repartition && counts[j.topics[0]] == 0 && counts[j.cfg.Output.Topic] > 0 {
+			if created {
+				err = fmt.Errorf("created repartition topic %q is not in the metadata yet", j.topics[0])
+			} else if err = j.createRepartitionTopic(ctx, counts[j.cfg.Output.Topic]); err == nil {
+				created = true
+				continue // read the counts again
+			}
+		}
 		if err == nil {
 			break
 		}
@@ -300,11 +335,16 @@ func (j *Job) checkTopics(ctx context.Context) (layout, error) {
 	missing("output.topic", j.cfg.Output.Topic)
 	missing("output.dlq_topic", j.cfg.Output.DLQTopic)
 	out := counts[j.cfg.Output.Topic]
-	for i, t := range j.topics {
+	lay := layout{partitions: out, dlqPartitions: counts[j.cfg.Output.DLQTopic], raw: map[string]int{}}
+	for i, t := range j.raw {
 		missing(fmt.Sprintf("input.topics[%d]", i), t)
-		if in := counts[t]; in > 0 && out > 0 && in != out {
-			problems = append(problems, fmt.Sprintf("input.topics[%d]: raw topic %q has %d partitions, output topic %q has %d: input mode needs one output partition per raw partition", i, t, in, j.cfg.Output.Topic, out))
+		lay.raw[t] = counts[t]
+		if in := counts[t]; !repartition && in > 0 && out > 0 && in != out {
+			problems = append(problems, fmt.Sprintf("input.topics[%d]: raw topic %q has %d partitions, output topic %q has %d: input mode needs one output partition per raw partition (or use partitioning: repartition)", i, t, in, j.cfg.Output.Topic, out))
 		}
+	}
+	if rt := j.topics[0]; repartition && out > 0 && counts[rt] != out {
+		problems = append(problems, fmt.Sprintf("input.partitioning: repartition topic %q has %d partitions, output topic %q has %d: they must match", rt, counts[rt], j.cfg.Output.Topic, out))
 	}
 	for i, p := range j.cfg.Assignment.Partitions {
 		if out > 0 && p >= out {
@@ -314,7 +354,27 @@ func (j *Job) checkTopics(ctx context.Context) (layout, error) {
 	if len(problems) > 0 {
 		return layout{}, fmt.Errorf("%w:\n%s", ErrTopics, strings.Join(problems, "\n"))
 	}
-	return layout{partitions: out, dlqPartitions: counts[j.cfg.Output.DLQTopic]}, nil
+	return lay, nil
+}
+
+// createRepartitionTopic creates the repartition topic with n partitions
+// and the cluster's default replication. Another instance creating it at
+// the same moment is fine.
+func (j *Job) createRepartitionTopic(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	topic := j.topics[0]
+	res, err := j.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: n, ReplicationFactor: -1}},
+	})
+	if err != nil {
+		return fmt.Errorf("create repartition topic %q: %w", topic, err)
+	}
+	if err := res.Errors[topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		return fmt.Errorf("create repartition topic %q: %w", topic, err)
+	}
+	j.log.Info("created the repartition topic", "topic", topic, "partitions", n)
+	return nil
 }
 
 func (j *Job) partitionCounts(ctx context.Context, names []string) (map[string]int, error) {
@@ -344,17 +404,17 @@ func (j *Job) retryTimeout() time.Duration {
 	return 30 * time.Second
 }
 
-// committedOffsets returns the group's committed offset of partition p of
-// every raw topic, in the order of j.topics; -1 where none is committed.
-func (j *Job) committedOffsets(ctx context.Context, p int) ([]int64, error) {
+// committedOffsets returns group's committed offset of partition p of each
+// of topics, in their order; -1 where none is committed.
+func (j *Job) committedOffsets(ctx context.Context, group string, topics []string, p int) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req := &kafka.OffsetFetchRequest{GroupID: j.cfg.Job.ID, Topics: map[string][]int{}}
-	for _, t := range j.topics {
+	req := &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{}}
+	for _, t := range topics {
 		req.Topics[t] = []int{p}
 	}
 	res, err := j.client.OffsetFetch(ctx, req)
-	offsets := make([]int64, len(j.topics))
+	offsets := make([]int64, len(topics))
 	for i := range offsets {
 		offsets[i] = -1
 	}
@@ -365,15 +425,15 @@ func (j *Job) committedOffsets(ctx context.Context, p int) ([]int64, error) {
 		return offsets, nil // kfake's answer for a group that never committed
 	}
 	if res.Error != nil {
-		return nil, fmt.Errorf("offset fetch group %q: %w", j.cfg.Job.ID, res.Error)
+		return nil, fmt.Errorf("offset fetch group %q: %w", group, res.Error)
 	}
-	for i, t := range j.topics {
+	for i, t := range topics {
 		for _, op := range res.Topics[t] {
 			if op.Partition != p {
 				continue
 			}
 			if op.Error != nil {
-				return nil, fmt.Errorf("offset fetch group %q %s/%d: %w", j.cfg.Job.ID, t, p, op.Error)
+				return nil, fmt.Errorf("offset fetch group %q %s/%d: %w", group, t, p, op.Error)
 			}
 			offsets[i] = op.CommittedOffset
 		}

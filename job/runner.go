@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/dedupstream/dedupstream/fetch"
@@ -45,15 +44,14 @@ type runner struct {
 	outNext int64
 
 	// Reused per batch.
-	batch   fetch.Batch
-	recs    []pipeline.Record
-	decs    []pipeline.Decision
-	emits   []sink.Record
-	dlq     []sink.Record
-	headers []sink.Header
-	text    []byte
-	topicB  [][]byte // raw topic names for the DLQ header
-	pos     []int64  // input positions at the start of a cycle
+	batch  fetch.Batch
+	recs   []pipeline.Record
+	decs   []pipeline.Decision
+	emits  []sink.Record
+	dlq    []sink.Record
+	arena  arena
+	topicB [][]byte // raw topic names for the DLQ header
+	pos    []int64  // input positions at the start of a cycle
 
 	lastMisrouteWarn time.Time
 	ready            bool // counted in Stats.Ready
@@ -253,7 +251,7 @@ func (r *runner) recover(ctx context.Context) error {
 		return fmt.Errorf("init producer: %w", err)
 	}
 	r.owned = true
-	committed, err := r.j.committedOffsets(ctx, r.p)
+	committed, err := r.j.committedOffsets(ctx, r.j.cfg.Job.ID, r.j.topics, r.p)
 	if err != nil {
 		return fmt.Errorf("committed offsets: %w", err)
 	}
@@ -446,53 +444,21 @@ func (r *runner) handle(ctx context.Context, t int, cycle *Stats) error {
 	cycle.Counts.Add(counts)
 	r.checkRoute(b, t, cycle)
 
-	// Size the arenas first so that appends never move what earlier
-	// records point to.
-	nh, nd := 0, 0
-	for i := range b.Records {
-		nh += len(b.Records[i].Headers)
+	nd := 0
+	for i := range decs {
 		if decs[i].Verdict == pipeline.DeadLetter {
 			nd++
 		}
 	}
-	if need := nh + 4*nd; cap(r.headers) < need {
-		r.headers = make([]sink.Header, 0, need)
-	}
-	if need := 40 * nd; cap(r.text) < need {
-		r.text = make([]byte, 0, need)
-	}
-	r.headers, r.text = r.headers[:0], r.text[:0]
+	r.arena.reset(b, nd)
 	r.emits, r.dlq = r.emits[:0], r.dlq[:0]
 	for i, d := range decs {
-		fr := &b.Records[i]
-		if d.Verdict != pipeline.Emit && d.Verdict != pipeline.DeadLetter {
-			continue
+		switch d.Verdict {
+		case pipeline.Emit:
+			r.emits = append(r.emits, r.arena.record(&b.Records[i], "", nil, 0))
+		case pipeline.DeadLetter:
+			r.dlq = append(r.dlq, r.arena.record(&b.Records[i], d.Reason, r.topicB[t], r.p))
 		}
-		h0 := len(r.headers)
-		for _, h := range fr.Headers {
-			r.headers = append(r.headers, sink.Header{Key: h.Key, Value: h.Value})
-		}
-		rec := sink.Record{Key: fr.Key, Value: fr.Value, Time: fr.Timestamp}
-		if d.Verdict == pipeline.Emit {
-			rec.Headers = r.headers[h0:len(r.headers):len(r.headers)]
-			r.emits = append(r.emits, rec)
-			continue
-		}
-		t0 := len(r.text)
-		r.text = append(r.text, d.Reason...)
-		t1 := len(r.text)
-		r.text = strconv.AppendInt(r.text, int64(r.p), 10)
-		t2 := len(r.text)
-		r.text = strconv.AppendInt(r.text, fr.Offset, 10)
-		t3 := len(r.text)
-		r.headers = append(r.headers,
-			sink.Header{Key: HeaderReason, Value: r.text[t0:t1:t1]},
-			sink.Header{Key: HeaderSourceTopic, Value: r.topicB[t]},
-			sink.Header{Key: HeaderSourcePartition, Value: r.text[t1:t2:t2]},
-			sink.Header{Key: HeaderSourceOffset, Value: r.text[t2:t3:t3]},
-		)
-		rec.Headers = r.headers[h0:len(r.headers):len(r.headers)]
-		r.dlq = append(r.dlq, rec)
 	}
 	if len(r.emits) > 0 {
 		res, err := r.prod.Produce(ctx, r.j.cfg.Output.Topic, int32(r.p), r.emits)

@@ -157,15 +157,6 @@ func TestLintExamples(t *testing.T) {
 	}
 }
 
-func TestLintUnsupported(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "group.yaml")
-	os.WriteFile(path, []byte("job: {id: j}\nkafka: {brokers: [\"h:1\"]}\ninput: {topics: [a, b], partitioning: repartition}\noutput: {topic: o}\nassignment: {mode: group}\nstate: {dir: /tmp/s}\n"), 0o644)
-	code, _, errOut := runCLI(t, "lint", path)
-	if code != exitUsage || !strings.Contains(errOut, path+`: input.partitioning: only "input"`) || strings.Contains(errOut, "assignment.mode") {
-		t.Errorf("exit %d, stderr:\n%s", code, errOut)
-	}
-}
-
 // TestDemo runs the demo end to end: over 100k records with every kind of
 // duplicate, checked by an independent read_committed reader.
 func TestDemo(t *testing.T) {
