@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/backoff"
 	"github.com/dedupstream/dedupstream/partition"
@@ -76,6 +77,10 @@ type Options struct {
 	// FailpointRestored (one batch restored from the output, more may
 	// follow). The default value is nil.
 	Failpoint func(name string)
+	// StoreFS, when set, returns the file system of partition p's state
+	// store; fault tests wrap the real one in pebble's errorfs. The default
+	// value is nil: every store uses the operating system's files.
+	StoreFS func(p int) vfs.FS
 }
 
 // Failpoint names; see Options.Failpoint.

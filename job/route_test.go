@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dedupstream/dedupstream/config"
-	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // TestRepartition feeds two raw topics of different partition counts whose
@@ -17,8 +16,8 @@ import (
 // stage, so each key is emitted once however it arrived; two instances
 // split the stages and with them the raw partitions to route.
 func TestRepartition(t *testing.T) {
-	const clicks = "clicks-raw"
-	e := newEnv(t, kfake.SeedTopics(3, clicks))
+	e := newEnv(t)
+	clicks := e.topic("clicks-raw", 3)
 	w := e.workload(21, 6_000, 1_500)
 	rng := rand.New(rand.NewPCG(21, 1))
 	w.Unordered = true

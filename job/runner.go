@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/internal/backoff"
 	"github.com/dedupstream/dedupstream/partition"
@@ -99,6 +100,14 @@ func fatalf(format string, args ...any) error {
 	return &fatalError{fmt.Errorf(format, args...)}
 }
 
+// storeFS is Options.StoreFS for this partition, or nil for the default.
+func (r *runner) storeFS() vfs.FS {
+	if r.j.opts.StoreFS == nil {
+		return nil
+	}
+	return r.j.opts.StoreFS(r.p)
+}
+
 func classify(err error) kind {
 	var (
 		fe  *fatalError
@@ -132,6 +141,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 		Clock:  r.j.opts.Clock,
 		Logger: r.log,
 		Store: statestore.Options{
+			FS:           r.storeFS(),
 			CacheSize:    int64(cfg.State.CacheSize),
 			MemTableSize: uint64(cfg.State.MemTableSize),
 			Logger:       r.log,

@@ -19,7 +19,6 @@ import (
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
-	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // child is "dedupstream run" in a subprocess: this test binary re-executed
@@ -78,6 +77,18 @@ func startChild(t *testing.T, cfgPath, failpoint string) *child {
 	return c
 }
 
+// jobTopics returns the brokers of KAFKA_BROKERS or of a new embedded
+// cluster, with a raw and an output topic of parts partitions and a DLQ
+// topic of one, named uniquely: a real cluster keeps topics between runs.
+func jobTopics(t *testing.T, parts int32) (brokers []string, raw, out, dlq string) {
+	t.Helper()
+	brokers = kafkatest.Brokers(t)
+	raw, out, dlq = kafkatest.TopicName("raw"), kafkatest.TopicName("out"), kafkatest.TopicName("out-dlq")
+	kafkatest.CreateTopics(t, brokers, parts, raw, out)
+	kafkatest.CreateTopics(t, brokers, 1, dlq)
+	return brokers, raw, out, dlq
+}
+
 // TestKillLoop kills "dedupstream run" with SIGKILL twelve times, at random
 // moments and at failpoints (records produced but EndTxn not sent; the
 // transaction committed but the store not; in the middle of a restore from
@@ -87,13 +98,9 @@ func TestKillLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("subprocess crash loop")
 	}
-	const (
-		raw, out, dlq = "raw", "out", "out-dlq"
-		parts         = 4
-		group         = "killloop"
-	)
-	c := kafkatest.NewCluster(t, kfake.SeedTopics(parts, raw, out), kfake.SeedTopics(1, dlq))
-	brokers := c.ListenAddrs()
+	const parts = 4
+	brokers, raw, out, dlq := jobTopics(t, parts)
+	group := kafkatest.TopicName("killloop")
 	dir := t.TempDir()
 	cfgPath := filepath.Join(dir, "job.yaml")
 	cfg := fmt.Sprintf(`job: {id: %s}
@@ -208,13 +215,9 @@ metrics: {listen: "127.0.0.1:0"}
 // static assignments share partition 1: the older one must be fenced and
 // exit 1 with a message saying so, and the output must stay clean.
 func TestOverlappingInstances(t *testing.T) {
-	const (
-		raw, out, dlq = "raw", "out", "out-dlq"
-		parts         = 4
-		group         = "overlap"
-	)
-	c := kafkatest.NewCluster(t, kfake.SeedTopics(parts, raw, out), kfake.SeedTopics(1, dlq))
-	brokers := c.ListenAddrs()
+	const parts = 4
+	brokers, raw, out, dlq := jobTopics(t, parts)
+	group := kafkatest.TopicName("overlap")
 	dir := t.TempDir()
 	writeCfg := func(name, partitions, level string) string {
 		path := filepath.Join(dir, name+".yaml")

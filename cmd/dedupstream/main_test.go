@@ -13,7 +13,6 @@ import (
 
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/job"
-	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // Environment of a child process: the test binary re-executed as the
@@ -178,21 +177,23 @@ func TestDemo(t *testing.T) {
 // TestRunMissingTopic: a config naming topics the cluster lacks is a
 // config error (exit 2) with the field paths, found before any work.
 func TestRunMissingTopic(t *testing.T) {
-	c := kafkatest.NewCluster(t, kfake.SeedTopics(2, "raw", "out"))
+	brokers := kafkatest.Brokers(t)
+	raw, out := kafkatest.TopicName("raw"), kafkatest.TopicName("out")
+	kafkatest.CreateTopics(t, brokers, 2, raw, out)
 	path := filepath.Join(t.TempDir(), "job.yaml")
 	os.WriteFile(path, fmt.Appendf(nil, `job: {id: j}
 kafka: {brokers: [%q]}
-input: {topics: [raw, nosuch]}
-output: {topic: out}
+input: {topics: [%s, nosuch]}
+output: {topic: %s}
 assignment: {partitions: [0, 5]}
 state: {dir: %s}
 metrics: {listen: "127.0.0.1:0"}
 log: {level: error}
-`, c.ListenAddrs()[0], filepath.Join(t.TempDir(), "state")), 0o644)
+`, brokers[0], raw, out, filepath.Join(t.TempDir(), "state")), 0o644)
 	code, _, errOut := runCLI(t, "run", "--config", path)
 	for _, want := range []string{
 		`input.topics[1]: topic "nosuch" does not exist`,
-		`output.dlq_topic: topic "out-dlq" does not exist`,
+		fmt.Sprintf(`output.dlq_topic: topic "%s-dlq" does not exist`, out),
 		"assignment.partitions[1]: partition 5 does not exist",
 	} {
 		if !strings.Contains(errOut, want) {

@@ -14,7 +14,6 @@ import (
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
-	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // TestGroupZombie runs two instances in assignment mode group. Instance A
@@ -27,13 +26,9 @@ func TestGroupZombie(t *testing.T) {
 	if testing.Short() {
 		t.Skip("subprocess zombie test")
 	}
-	const (
-		raw, out, dlq = "raw", "out", "out-dlq"
-		parts         = 4
-		group         = "zombie"
-	)
-	c := kafkatest.NewCluster(t, kfake.SeedTopics(parts, raw, out), kfake.SeedTopics(1, dlq))
-	brokers := c.ListenAddrs()
+	const parts = 4
+	brokers, raw, out, dlq := jobTopics(t, parts)
+	group := kafkatest.TopicName("zombie")
 	dir := t.TempDir()
 	writeCfg := func(name string) string {
 		path := filepath.Join(dir, name+".yaml")
