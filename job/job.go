@@ -125,8 +125,11 @@ func (o *Options) applyDefaults(cfg *config.Config) {
 // counted then).
 type Stats struct {
 	pipeline.Counts
-	// Restored counts output records read back into a store in recovery.
-	Restored uint64
+	// Restored counts output records read back into a store in recovery;
+	// RestoreRemaining is the output offsets still to read by the restores
+	// running now.
+	Restored         uint64
+	RestoreRemaining int64
 	// Recoveries counts runs of the recovery protocol, the first included;
 	// Recovered counts those that completed (the stage then processes
 	// input).

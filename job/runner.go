@@ -276,7 +276,11 @@ func (r *runner) recover(ctx context.Context) error {
 	}
 	from := ck.Output
 	if len(st.Checkpoint) == 0 {
-		from = offs.Earliest
+		// A new store (a new instance, a moved partition, a lost state
+		// directory) needs only the output still inside the window.
+		if from, err = r.windowStart(ctx, offs); err != nil {
+			return fmt.Errorf("output offsets: %w", err)
+		}
 	}
 	if from > offs.LastStable {
 		return fatalf("state %s is ahead of output %s/%d (checkpoint output offset %d, last stable offset %d): "+
@@ -302,12 +306,15 @@ func (r *runner) recover(ctx context.Context) error {
 	r.outNext = from
 	if from < offs.LastStable {
 		start := time.Now()
+		prog := newRestoreProgress(r, from, offs.LastStable)
+		defer prog.done()
 		err := r.out.ReadRange(ctx, from, fetch.ToLastStable, func(b *fetch.Batch) error {
 			r.recs = r.convert(b)
 			if err := r.stage.Restore(r.recs, r.checkpoint(resume, b.NextOffset)); err != nil {
 				return &fatalError{err}
 			}
 			restored += len(b.Records)
+			prog.update(b.NextOffset, restored)
 			r.j.opts.Failpoint(FailpointRestored)
 			return nil
 		})
@@ -325,6 +332,89 @@ func (r *runner) recover(ctx context.Context) error {
 	}
 	r.log.Info("recovered", "input_offset", resume, "output_offset", r.outNext, "store_seq", st.Seq)
 	return nil
+}
+
+// windowTail is how many offsets at the end of the output partition
+// windowStart reads to find the newest record time.
+const windowTail = 1000
+
+// windowStart returns where a restore into an empty store may begin: the
+// first output offset whose timestamp can still be inside the window. With
+// the window on record time, output records carry their input's timestamp;
+// everything before the first record at or after newest - (window +
+// window/generations + max_future_skew) is older than the longest a key is
+// remembered, newest being the newest timestamp near the partition's end.
+// With the window on processing time, or when no timestamp is found, the
+// whole partition is read.
+func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, error) {
+	pc := r.j.cfg.Pipeline()
+	if pc.TimeBase != pipeline.RecordTime || offs.LastStable <= offs.Earliest {
+		return offs.Earliest, nil
+	}
+	newest := int64(-1)
+	tail := max(offs.Earliest, offs.LastStable-windowTail)
+	err := r.out.ReadRange(ctx, tail, offs.LastStable, func(b *fetch.Batch) error {
+		for i := range b.Records {
+			newest = max(newest, b.Records[i].Timestamp.UnixMilli())
+		}
+		return nil
+	})
+	if err != nil || newest < 0 {
+		return offs.Earliest, err
+	}
+	keep := pc.Window + pc.Window/time.Duration(pc.Generations) + pc.MaxFutureSkew
+	cutoff := newest - keep.Milliseconds()
+	if cutoff <= 0 {
+		return offs.Earliest, nil
+	}
+	off, err := r.out.OffsetForTime(ctx, cutoff)
+	if err != nil || off < 0 {
+		return offs.Earliest, err
+	}
+	if off > offs.Earliest {
+		r.log.Info("restoring only the window of the output", "from", off, "log_start", offs.Earliest,
+			"cutoff", time.UnixMilli(cutoff).UTC())
+	}
+	return max(off, offs.Earliest), nil
+}
+
+// restoreProgress reports a long restore: a log line every
+// restoreLogEvery, and the records still to read in Stats.
+type restoreProgress struct {
+	r        *runner
+	from, to int64
+	start    time.Time
+	last     time.Time
+	left     int64 // as counted in Stats.RestoreRemaining
+}
+
+const restoreLogEvery = 5 * time.Second
+
+func newRestoreProgress(r *runner, from, to int64) *restoreProgress {
+	p := &restoreProgress{r: r, from: from, to: to, start: time.Now(), last: time.Now(), left: to - from}
+	r.j.addStats(func(s *Stats) { s.RestoreRemaining += p.left })
+	return p
+}
+
+func (p *restoreProgress) update(next int64, restored int) {
+	left := max(p.to-next, 0)
+	d := p.left - left
+	p.left = left
+	p.r.j.addStats(func(s *Stats) { s.RestoreRemaining -= d })
+	if now := time.Now(); now.Sub(p.last) >= restoreLogEvery {
+		p.last = now
+		rate := float64(restored) / now.Sub(p.start).Seconds()
+		p.r.log.Info("restoring from the committed output", "records", restored, "offset", next, "to", p.to,
+			"done", fmt.Sprintf("%.0f%%", 100*float64(next-p.from)/float64(max(p.to-p.from, 1))),
+			"records_per_s", int64(rate))
+	}
+}
+
+// done takes what is left out of Stats (the restore ended or failed).
+func (p *restoreProgress) done() {
+	left := p.left
+	p.left = 0
+	p.r.j.addStats(func(s *Stats) { s.RestoreRemaining -= left })
 }
 
 // convert points the stage's records at a fetched batch (no copies).
