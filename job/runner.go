@@ -136,28 +136,14 @@ func classify(err error) kind {
 // run opens the stage and alternates recovery and commit cycles until ctx
 // ends or a failure is not transient.
 func (r *runner) run(ctx context.Context) (err error) {
-	cfg := r.j.cfg
-	r.stage, err = pipeline.Open(r.j.stateDir(r.p), cfg.Pipeline(), pipeline.Options{
-		Clock:  r.j.opts.Clock,
-		Logger: r.log,
-		Store: statestore.Options{
-			FS:           r.storeFS(),
-			CacheSize:    int64(cfg.State.CacheSize),
-			MemTableSize: uint64(cfg.State.MemTableSize),
-			Logger:       r.log,
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("partition %d: open state: %w", r.p, err)
+	if err := r.open(); err != nil {
+		return err
 	}
 	defer func() {
 		if cerr := r.stage.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("partition %d: close state: %w", r.p, cerr)
 		}
 	}()
-	if err := r.connect(); err != nil {
-		return fmt.Errorf("partition %d: %w", r.p, err)
-	}
 	b := &backoff.Backoff{Base: r.j.opts.Backoff, Limit: r.j.opts.MaxBackoff}
 	defer r.setReady(false)
 	for {
@@ -187,6 +173,31 @@ func (r *runner) run(ctx context.Context) (err error) {
 			return nil
 		}
 	}
+}
+
+// open opens the stage's state and makes its producer and fetchers. The
+// caller closes r.stage.
+func (r *runner) open() error {
+	cfg := r.j.cfg
+	var err error
+	r.stage, err = pipeline.Open(r.j.stateDir(r.p), cfg.Pipeline(), pipeline.Options{
+		Clock:  r.j.opts.Clock,
+		Logger: r.log,
+		Store: statestore.Options{
+			FS:           r.storeFS(),
+			CacheSize:    int64(cfg.State.CacheSize),
+			MemTableSize: uint64(cfg.State.MemTableSize),
+			Logger:       r.log,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("partition %d: open state: %w", r.p, err)
+	}
+	if err := r.connect(); err != nil {
+		r.stage.Close()
+		return fmt.Errorf("partition %d: %w", r.p, err)
+	}
+	return nil
 }
 
 func (r *runner) connect() error {
