@@ -76,6 +76,8 @@ type run struct {
 	// memtable is the state store's memtable size; small ones flush (and
 	// sync) often.
 	memtable string
+	// stateDir is the job's state directory.
+	stateDir string
 	mu       sync.Mutex
 }
 
@@ -105,6 +107,7 @@ func begin(t *testing.T) *run {
 	h.Write([]byte(t.Name()))
 	r := &run{t: t, full: mode == "full", seed: seed, rng: rand.New(rand.NewPCG(seed, h.Sum64())),
 		start: time.Now(), brokers: brokers, dir: t.TempDir(), memtable: "1MiB"}
+	r.stateDir = filepath.Join(r.dir, "state")
 	outDir := os.Getenv(envOut)
 	if outDir == "" {
 		outDir = filepath.Join("..", ".kafka", "chaos")
@@ -205,7 +208,7 @@ state: {dir: %s, cache_size: 8MiB, memtable_size: %s}
 commit: {interval: 50ms, max_records: 1000, shutdown_timeout: 20s}
 log: {level: info, format: text}
 metrics: {listen: "127.0.0.1:0"}
-`, r.id, strings.Join(r.brokers, ", "), r.raw, r.out, r.dlq, filepath.Join(r.dir, "state"), r.memtable)
+`, r.id, strings.Join(r.brokers, ", "), r.raw, r.out, r.dlq, r.stateDir, r.memtable)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
