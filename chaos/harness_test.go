@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -233,7 +234,7 @@ func (r *run) startJob(mod func(*job.Options)) *inproc {
 	tr := &kafka.Transport{ClientID: "chaos", DialTimeout: 2 * time.Second}
 	r.t.Cleanup(tr.CloseIdleConnections)
 	opts := job.Options{
-		Logger:         slog.New(slog.NewTextHandler(r.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:         slog.New(slog.NewTextHandler(r.jobLog(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Transport:      tr,
 		Backoff:        50 * time.Millisecond,
 		MaxBackoff:     time.Second,
@@ -259,6 +260,19 @@ func (r *run) startJob(mod func(*job.Options)) *inproc {
 		}
 	})
 	return p
+}
+
+// jobLog opens the in-process job's log next to the schedule: every run of
+// the test appends to it.
+func (r *run) jobLog() io.Writer {
+	path := strings.TrimSuffix(r.logPath, ".log") + ".job.log"
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { f.Close() })
+	r.event("job log: %s", path)
+	return f
 }
 
 // finish stops an in-process job like SIGTERM does; it must exit cleanly.

@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"log/slog"
 	"net"
 	"slices"
 	"sync/atomic"
@@ -20,7 +19,7 @@ import (
 // Each loss is an ambiguous outcome the job must resolve by recovery.
 func TestLostResponses(t *testing.T) {
 	r := begin(t)
-	perMille := r.n(60, 40)
+	perMille := r.n(100, 50)
 	w := r.workload(r.n(6_000, 20_000))
 	prod := r.producer()
 	var armed atomic.Bool
@@ -60,7 +59,6 @@ func TestLostResponses(t *testing.T) {
 			}}
 		t.Cleanup(o.Transport.CloseIdleConnections)
 		o.RequestTimeout = 2 * time.Second
-		o.Logger = slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
 	armed.Store(true)
 	ctx := r.ctx(20 * time.Minute)

@@ -187,6 +187,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 			return fmt.Errorf("partition %d: fenced: another instance took over transactional id %q (is this partition assigned to two instances?): %w",
 				r.p, r.prod.TransactionalID(), err)
 		case ctx.Err() != nil && (k == transient || errors.Is(err, context.Canceled)):
+			r.settleOnExit(ctx)
 			return nil
 		case k == fatal:
 			return fmt.Errorf("partition %d: %w", r.p, err)
@@ -442,6 +443,29 @@ func (r *runner) count(cycle *Stats) {
 		s.Misrouted += cycle.Misrouted
 		s.Cycles += cycle.Cycles
 	})
+}
+
+// settleOnExit learns, before a stop, whether a cycle whose commit was
+// ambiguous committed, so that the counters are exact at exit: Resume
+// settles the transaction (a received EndTxn completes first), then the
+// group's offsets tell. It is bounded by the shutdown timeout and only logs
+// when it cannot tell.
+func (r *runner) settleOnExit(ctx context.Context) {
+	if r.doubt == nil {
+		return
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.j.opts.ShutdownTimeout)
+	defer cancel()
+	err := r.prod.Resume(c)
+	var committed []int64
+	if err == nil {
+		committed, err = r.j.committedOffsets(c, r.p)
+	}
+	if err != nil {
+		r.log.Warn("stopping without knowing whether the last cycle committed; the counters may miss it", "err", err)
+		return
+	}
+	r.settleDoubt(committed)
 }
 
 // settleDoubt counts the cycle whose commit was ambiguous if the group's
