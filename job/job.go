@@ -11,11 +11,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/backoff"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/compress"
 )
