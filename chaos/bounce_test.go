@@ -73,7 +73,7 @@ func TestBrokerBounce(t *testing.T) {
 	admin := kafkatest.NewClient(t, r.brokers)
 	ctx := r.ctx(30 * time.Minute)
 	j := r.startJob(nil)
-	chunks := slices.Collect(slices.Chunk(w.Records, (len(w.Records)+bounces)/(bounces+1)))
+	chunks := splitN(w.Records, bounces+1)
 	for i := range bounces {
 		fed := make(chan error, 1)
 		go func() { fed <- feedPaced(ctx, prod, chunks[i]) }()
@@ -108,4 +108,13 @@ func TestBrokerBounce(t *testing.T) {
 	st := j.job.Stats()
 	r.event("job stopped: %d recoveries, %d cycles", st.Recoveries, st.Cycles)
 	r.verify(w, &st)
+}
+
+// splitN cuts recs into n parts of nearly equal length.
+func splitN(recs []*kgo.Record, n int) [][]*kgo.Record {
+	parts := make([][]*kgo.Record, 0, n)
+	for i := range n {
+		parts = append(parts, recs[i*len(recs)/n:(i+1)*len(recs)/n])
+	}
+	return parts
 }

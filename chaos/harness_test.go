@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -76,6 +77,8 @@ type run struct {
 	// memtable is the state store's memtable size; small ones flush (and
 	// sync) often.
 	memtable string
+	// stateDir is the job's state directory.
+	stateDir string
 	mu       sync.Mutex
 }
 
@@ -105,6 +108,7 @@ func begin(t *testing.T) *run {
 	h.Write([]byte(t.Name()))
 	r := &run{t: t, full: mode == "full", seed: seed, rng: rand.New(rand.NewPCG(seed, h.Sum64())),
 		start: time.Now(), brokers: brokers, dir: t.TempDir(), memtable: "1MiB"}
+	r.stateDir = filepath.Join(r.dir, "state")
 	outDir := os.Getenv(envOut)
 	if outDir == "" {
 		outDir = filepath.Join("..", ".kafka", "chaos")
@@ -205,7 +209,7 @@ state: {dir: %s, cache_size: 8MiB, memtable_size: %s}
 commit: {interval: 50ms, max_records: 1000, shutdown_timeout: 20s}
 log: {level: info, format: text}
 metrics: {listen: "127.0.0.1:0"}
-`, r.id, strings.Join(r.brokers, ", "), r.raw, r.out, r.dlq, filepath.Join(r.dir, "state"), r.memtable)
+`, r.id, strings.Join(r.brokers, ", "), r.raw, r.out, r.dlq, r.stateDir, r.memtable)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
@@ -230,7 +234,7 @@ func (r *run) startJob(mod func(*job.Options)) *inproc {
 	tr := &kafka.Transport{ClientID: "chaos", DialTimeout: 2 * time.Second}
 	r.t.Cleanup(tr.CloseIdleConnections)
 	opts := job.Options{
-		Logger:         slog.New(slog.NewTextHandler(r.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:         slog.New(slog.NewTextHandler(r.jobLog(), &slog.HandlerOptions{Level: slog.LevelInfo})),
 		Transport:      tr,
 		Backoff:        50 * time.Millisecond,
 		MaxBackoff:     time.Second,
@@ -256,6 +260,19 @@ func (r *run) startJob(mod func(*job.Options)) *inproc {
 		}
 	})
 	return p
+}
+
+// jobLog opens the in-process job's log next to the schedule: every run of
+// the test appends to it.
+func (r *run) jobLog() io.Writer {
+	path := strings.TrimSuffix(r.logPath, ".log") + ".job.log"
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { f.Close() })
+	r.event("job log: %s", path)
+	return f
 }
 
 // finish stops an in-process job like SIGTERM does; it must exit cleanly.

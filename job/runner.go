@@ -56,6 +56,17 @@ type runner struct {
 
 	lastMisrouteWarn time.Time
 	ready            bool // counted in Stats.Ready
+
+	// doubt is the cycle whose EndTxn(commit) failed ambiguously: the
+	// broker may have committed it. Recovery counts it once the committed
+	// input offsets show that it did.
+	doubt *doubtfulCycle
+}
+
+// doubtfulCycle is a cycle whose commit outcome is unknown.
+type doubtfulCycle struct {
+	pos   []int64 // the input offsets it committed
+	cycle Stats
 }
 
 // setReady keeps Stats.Ready in step with the stage's state.
@@ -164,6 +175,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 			return fmt.Errorf("partition %d: fenced: another instance took over transactional id %q (is this partition assigned to two instances?): %w",
 				r.p, r.prod.TransactionalID(), err)
 		case ctx.Err() != nil && (k == transient || errors.Is(err, context.Canceled)):
+			r.settleOnExit(ctx)
 			return nil
 		case k == fatal:
 			return fmt.Errorf("partition %d: %w", r.p, err)
@@ -276,6 +288,7 @@ func (r *runner) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("committed offsets: %w", err)
 	}
+	r.settleDoubt(committed)
 	st := r.stage.State()
 	ck, err := DecodeCheckpoint(st.Checkpoint)
 	if err != nil {
@@ -508,7 +521,9 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	err := r.prod.SendOffsets(ctx, r.group, offsets)
 	if err == nil {
 		r.j.opts.Failpoint(FailpointProduced)
-		err = r.prod.Commit(ctx)
+		if err = r.prod.Commit(ctx); err != nil {
+			r.doubt = &doubtfulCycle{pos: slices.Clone(pos), cycle: *cycle}
+		}
 	}
 	if err != nil {
 		return r.abort(ctx, fmt.Errorf("commit input offsets %v: %w", pos, err))
@@ -519,13 +534,60 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	if err := r.stage.Commit(r.checkpoint(pos, r.outNext)); err != nil {
 		return fatalf("commit state at input offsets %v: %w", pos, err)
 	}
+	r.count(cycle)
+	return nil
+}
+
+// count adds a committed cycle to the job's counters.
+func (r *runner) count(cycle *Stats) {
 	cycle.Cycles = 1
 	r.j.addStats(func(s *Stats) {
 		s.Counts.Add(cycle.Counts)
 		s.Misrouted += cycle.Misrouted
 		s.Cycles += cycle.Cycles
 	})
-	return nil
+}
+
+// settleOnExit learns, before a stop, whether a cycle whose commit was
+// ambiguous committed, so that the counters are exact at exit: Resume
+// settles the transaction (a received EndTxn completes first), then the
+// group's offsets tell. It is bounded by the shutdown timeout and only logs
+// when it cannot tell.
+func (r *runner) settleOnExit(ctx context.Context) {
+	if r.doubt == nil {
+		return
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.j.opts.ShutdownTimeout)
+	defer cancel()
+	err := r.prod.Resume(c)
+	var committed []int64
+	if err == nil {
+		committed, err = r.j.committedOffsets(c, r.j.cfg.Job.ID, r.j.topics, r.p)
+	}
+	if err != nil {
+		r.log.Warn("stopping without knowing whether the last cycle committed; the counters may miss it", "err", err)
+		return
+	}
+	r.settleDoubt(committed)
+}
+
+// settleDoubt counts the cycle whose commit was ambiguous if the group's
+// committed offsets (as Job.topics) are the ones it sent: then its
+// transaction committed, its input is not read again, and without this its
+// records would be missing from in = out + dropped + dlq.
+func (r *runner) settleDoubt(committed []int64) {
+	d := r.doubt
+	r.doubt = nil
+	if d == nil || len(committed) != len(d.pos) {
+		return
+	}
+	for i, off := range d.pos {
+		if off >= 0 && committed[i] != off {
+			return
+		}
+	}
+	r.log.Info("the cycle whose commit was ambiguous had committed", "input_offset", d.pos)
+	r.count(&d.cycle)
 }
 
 // abort ends the open transaction without effect and forgets the stage's

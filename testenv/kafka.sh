@@ -7,6 +7,8 @@
 #                                     until it is back in the ISR of every partition it replicates
 #   testenv/kafka.sh status           one line per node: id, address, pid, running or not
 #   testenv/kafka.sh brokers          the bootstrap list, host:port comma-separated
+#   testenv/kafka.sh ready            exit 0 if every node answers metadata, else say what is wrong
+#   testenv/kafka.sh fetch            only fetch the jars (start does it when needed)
 #
 # Each node is a combined broker and controller (process.roles=broker,controller);
 # the three controllers form a static quorum, so any one node can be bounced.
@@ -210,12 +212,20 @@ cmd_status() {
 	done
 }
 
+cmd_ready() {
+	local count n
+	count=$(cat "$data/nodes" 2>/dev/null) || die "no cluster: run 'make kafka-up' (or '$0 start 3') first"
+	for n in $(nodes); do running "$n" || die "node $n is not running (see '$0 status'; 'make kafka-up' restarts the cluster)"; done
+	all_registered "$count" || die "the cluster does not list its $count brokers yet (logs: $data/node-*/server.log)"
+}
+
 case ${1:-} in
 start) cmd_start "${2:-}" ;;
 stop) cmd_stop ;;
 bounce) cmd_bounce "${2:-}" "${3:-}" ;;
 status) cmd_status ;;
 brokers) brokers ;;
+ready) cmd_ready ;;
 fetch) fetch_jars ;;
-*) die "usage: $0 start 1|3 | stop | bounce N [--kill] | status | brokers | fetch" ;;
+*) die "usage: $0 start 1|3 | stop | bounce N [--kill] | status | brokers | ready | fetch" ;;
 esac
