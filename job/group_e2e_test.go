@@ -12,9 +12,9 @@ import (
 
 // groupConfig is the test config in assignment mode group, with its own
 // state directory per instance name and timeouts short enough for a test.
-func (e *env) groupConfig(name string) *config.Config {
+func (e *env) groupConfig(name string, topics ...string) *config.Config {
 	e.t.Helper()
-	cfg := e.config("0")
+	cfg := e.config("0", topics...)
 	cfg.Assignment.Mode = "group"
 	cfg.Assignment.Partitions = nil
 	cfg.Assignment.SessionTimeout = 6 * time.Second

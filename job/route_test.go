@@ -16,6 +16,11 @@ import (
 // stage, so each key is emitted once however it arrived; two instances
 // split the stages and with them the raw partitions to route.
 func TestRepartition(t *testing.T) {
+	t.Run("static", func(t *testing.T) { testRepartition(t, false) })
+	t.Run("group", func(t *testing.T) { testRepartition(t, true) })
+}
+
+func testRepartition(t *testing.T, group bool) {
 	e := newEnv(t)
 	clicks := e.topic("clicks-raw", 3)
 	w := e.workload(21, 6_000, 1_500)
@@ -39,12 +44,19 @@ func TestRepartition(t *testing.T) {
 	}
 	cfg := func(parts, name string) *config.Config {
 		c := e.config(parts, clicks)
+		if group {
+			c = e.groupConfig(name, clicks)
+		} else {
+			c.State.Dir += "-" + name
+		}
 		c.Input.Partitioning = "repartition"
-		c.State.Dir += "-" + name
 		return c
 	}
 	a := e.start(cfg("0, 1", "a"))
 	b := e.start(cfg("2, 3", "b"))
+	if group {
+		e.waitAssigned(30*time.Second, a, b)
+	}
 	e.produce(w.Records)
 
 	deadline := time.Now().Add(60 * time.Second)
