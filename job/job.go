@@ -143,6 +143,7 @@ type Job struct {
 
 	mu    sync.Mutex
 	stats Stats
+	parts map[int]*partMetrics // see metrics.go
 }
 
 // New checks that cfg is something this build can run and returns a Job.

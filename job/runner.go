@@ -55,7 +55,8 @@ type runner struct {
 	pos     []int64  // input positions at the start of a cycle
 
 	lastMisrouteWarn time.Time
-	ready            bool // counted in Stats.Ready
+	ready            bool          // counted in Stats.Ready
+	met              *stageMetrics // see metrics.go
 }
 
 // setReady keeps Stats.Ready in step with the stage's state.
@@ -72,12 +73,14 @@ func (r *runner) setReady(ready bool) {
 }
 
 func newRunner(j *Job, p int, lay layout) *runner {
-	return &runner{
+	r := &runner{
 		j:   j,
 		p:   p,
 		lay: lay,
 		log: j.log.With("stage", p),
 	}
+	r.met = newStageMetrics(j, p, r.log.Info)
+	return r
 }
 
 // failure kinds: what the runner does with an error.
@@ -296,6 +299,7 @@ func (r *runner) recover(ctx context.Context) error {
 				return &fatalError{err}
 			}
 			restored += len(b.Records)
+			r.met.restored(from, offs.LastStable, b)
 			r.j.opts.Failpoint(FailpointRestored)
 			return nil
 		})
@@ -412,6 +416,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		s.Misrouted += cycle.Misrouted
 		s.Cycles += cycle.Cycles
 	})
+	r.met.committed(pos, cycle, r.stage)
 	return nil
 }
 
@@ -433,6 +438,7 @@ func (r *runner) abort(ctx context.Context, cause error) error {
 // into the open transaction.
 func (r *runner) handle(ctx context.Context, t int, cycle *Stats) error {
 	b := &r.batch
+	r.met.batch(b, t, r.pos[t], cycle.In)
 	r.recs = r.convert(b)
 	decs, counts, err := r.stage.Process(r.recs, r.decs[:0])
 	r.decs = decs
