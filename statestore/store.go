@@ -7,8 +7,8 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"syscall"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
