@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -201,7 +200,7 @@ func (j *Job) addStats(f func(*Stats)) {
 
 // stateDir is the state directory of partition p's stage.
 func (j *Job) stateDir(p int) string {
-	return filepath.Join(j.cfg.State.Dir, fmt.Sprintf("partition-%d", p))
+	return StateDir(j.cfg.State.Dir, p)
 }
 
 // Run checks the topics, then runs one stage per owned partition until ctx
