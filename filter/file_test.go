@@ -6,7 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/dedupstream/dedupstream/partition"
 )
 
 func TestSaveLoadFile(t *testing.T) {
@@ -147,5 +150,36 @@ func requireOnlyFile(t *testing.T, dir, name string) {
 			names = append(names, e.Name())
 		}
 		t.Fatalf("directory holds %v, want only %s", names, name)
+	}
+}
+
+// TestReadConfig: the header names the Config a snapshot was written for,
+// and LoadFile with it restores the filter.
+func TestReadConfig(t *testing.T) {
+	cfg := Config{KeysPerGeneration: 1234, FalsePositiveRate: 0.003, Generations: 5}
+	f, err := New(cfg, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Add(partition.HashKey([]byte("a")))
+	path := filepath.Join(t.TempDir(), "bloom.snapshot")
+	if err := SaveFile(path, f); err != nil {
+		t.Fatal(err)
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer file.Close()
+	got, err := ReadConfig(file)
+	if err != nil || got != cfg {
+		t.Fatalf("ReadConfig = %+v, %v; want %+v", got, err, cfg)
+	}
+	g, err := LoadFile(path, got)
+	if err != nil || g.Current() != 9 || !g.Test(partition.HashKey([]byte("a"))) {
+		t.Fatalf("LoadFile with the read config: %v", err)
+	}
+	if _, err := ReadConfig(strings.NewReader(strings.Repeat("x", 100))); err == nil {
+		t.Error("ReadConfig accepted garbage")
 	}
 }

@@ -234,3 +234,29 @@ func (c *crcReader) wrap(what string, err error) error {
 	}
 	return fmt.Errorf("filter: read snapshot at byte %d: %w", c.n, err)
 }
+
+// ReadConfig reads the header of a snapshot and returns the Config it was
+// written for, so that a tool can load a snapshot without knowing the job's
+// configuration. It checks the magic, format version and header checksum
+// and reads nothing past the header.
+func ReadConfig(r io.Reader) (Config, error) {
+	cr := &crcReader{r: r}
+	var hdr [headerLen + 4]byte
+	if err := cr.readFull(hdr[:]); err != nil {
+		return Config{}, err
+	}
+	if string(hdr[0:8]) != snapshotMagic {
+		return Config{}, &CorruptError{Offset: 0, Reason: "bad magic, not a filter snapshot"}
+	}
+	if v := binary.BigEndian.Uint16(hdr[8:]); v != snapshotVersion {
+		return Config{}, &MismatchError{Field: "format version", Snapshot: strconv.Itoa(int(v)), Want: strconv.Itoa(snapshotVersion)}
+	}
+	if got, want := binary.BigEndian.Uint32(hdr[headerLen:]), crc32.Checksum(hdr[:headerLen], castagnoli); got != want {
+		return Config{}, &CorruptError{Offset: headerLen, Reason: fmt.Sprintf("header checksum %08x, computed %08x", got, want)}
+	}
+	return Config{
+		Generations:       int(binary.BigEndian.Uint32(hdr[12:])),
+		KeysPerGeneration: uint(binary.BigEndian.Uint64(hdr[16:])),
+		FalsePositiveRate: math.Float64frombits(binary.BigEndian.Uint64(hdr[24:])),
+	}, nil
+}

@@ -135,4 +135,15 @@
 // # Limits
 //
 // This version connects without TLS or SASL.
+//
+// # Metrics
+//
+// Job.Collector exports the job's metrics (see metrics.go for the list and
+// README.md for their meaning), most of them per partition. Runners keep
+// counters locally during a cycle and publish them once per committed cycle;
+// the consumer lag once per fetched batch; the state statistics (Bloom fill,
+// store bytes per generation, disk usage) at most every 10 s. The
+// end-to-end latency is measured per input record of a committed cycle as
+// commit time minus the record timestamp, the cycle latency from the
+// cycle's first fetched batch to its state commit.
 package job

@@ -25,7 +25,8 @@ func TestSettleDoubt(t *testing.T) {
 		{"offsets of another shape", []int64{120}, []int64{120, 40}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &runner{j: &Job{}, log: slog.New(slog.DiscardHandler)}
+			j := &Job{}
+			r := &runner{j: j, log: slog.New(slog.DiscardHandler), met: newStageMetrics(j, 0, func(string, ...any) {})}
 			r.doubt = &doubtfulCycle{pos: tc.sent, cycle: cycle}
 			r.settleDoubt(tc.committed)
 			got := r.j.Stats()

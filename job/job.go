@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -125,11 +124,8 @@ func (o *Options) applyDefaults(cfg *config.Config) {
 // counted then).
 type Stats struct {
 	pipeline.Counts
-	// Restored counts output records read back into a store in recovery;
-	// RestoreRemaining is the output offsets still to read by the restores
-	// running now.
-	Restored         uint64
-	RestoreRemaining int64
+	// Restored counts output records read back into a store in recovery.
+	Restored uint64
 	// Recoveries counts runs of the recovery protocol, the first included;
 	// Recovered counts those that completed (the stage then processes
 	// input).
@@ -168,6 +164,7 @@ type Job struct {
 
 	mu    sync.Mutex
 	stats Stats
+	parts map[int]*partMetrics // see metrics.go
 }
 
 // New checks that cfg is something this build can run and returns a Job.
@@ -226,7 +223,7 @@ func (j *Job) addStats(f func(*Stats)) {
 
 // stateDir is the state directory of partition p's stage.
 func (j *Job) stateDir(p int) string {
-	return filepath.Join(j.cfg.State.Dir, fmt.Sprintf("partition-%d", p))
+	return StateDir(j.cfg.State.Dir, p)
 }
 
 // Run checks the topics, then runs one stage per owned partition until ctx

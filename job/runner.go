@@ -55,7 +55,8 @@ type runner struct {
 	pos    []int64  // input positions at the start of a cycle
 
 	lastMisrouteWarn time.Time
-	ready            bool // counted in Stats.Ready
+	ready            bool          // counted in Stats.Ready
+	met              *stageMetrics // see metrics.go
 
 	// doubt is the cycle whose EndTxn(commit) failed ambiguously: the
 	// broker may have committed it. Recovery counts it once the committed
@@ -83,13 +84,15 @@ func (r *runner) setReady(ready bool) {
 }
 
 func newRunner(j *Job, p int, lay layout, group sink.Group) *runner {
-	return &runner{
+	r := &runner{
 		j:     j,
 		p:     p,
 		lay:   lay,
 		group: group,
 		log:   j.log.With("stage", p),
 	}
+	r.met = newStageMetrics(j, p, r.log.Info)
+	return r
 }
 
 // failure kinds: what the runner does with an error.
@@ -149,6 +152,9 @@ func classify(err error) kind {
 func (r *runner) run(ctx context.Context) (err error) {
 	if err := r.open(); err != nil {
 		return err
+	}
+	if r.group.MemberID != "" {
+		defer r.met.stopped() // the partition may move to another member
 	}
 	defer func() {
 		if cerr := r.stage.Close(); cerr != nil && err == nil {
@@ -330,15 +336,13 @@ func (r *runner) recover(ctx context.Context) error {
 	r.outNext = from
 	if from < offs.LastStable {
 		start := time.Now()
-		prog := newRestoreProgress(r, from, offs.LastStable)
-		defer prog.done()
 		err := r.out.ReadRange(ctx, from, fetch.ToLastStable, func(b *fetch.Batch) error {
 			r.recs = r.convert(b)
 			if err := r.stage.Restore(r.recs, r.checkpoint(resume, b.NextOffset)); err != nil {
 				return &fatalError{err}
 			}
 			restored += len(b.Records)
-			prog.update(b.NextOffset, restored)
+			r.met.restored(from, offs.LastStable, b)
 			r.j.opts.Failpoint(FailpointRestored)
 			return nil
 		})
@@ -400,45 +404,6 @@ func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, er
 			"cutoff", time.UnixMilli(cutoff).UTC())
 	}
 	return max(off, offs.Earliest), nil
-}
-
-// restoreProgress reports a long restore: a log line every
-// restoreLogEvery, and the records still to read in Stats.
-type restoreProgress struct {
-	r        *runner
-	from, to int64
-	start    time.Time
-	last     time.Time
-	left     int64 // as counted in Stats.RestoreRemaining
-}
-
-const restoreLogEvery = 5 * time.Second
-
-func newRestoreProgress(r *runner, from, to int64) *restoreProgress {
-	p := &restoreProgress{r: r, from: from, to: to, start: time.Now(), last: time.Now(), left: to - from}
-	r.j.addStats(func(s *Stats) { s.RestoreRemaining += p.left })
-	return p
-}
-
-func (p *restoreProgress) update(next int64, restored int) {
-	left := max(p.to-next, 0)
-	d := p.left - left
-	p.left = left
-	p.r.j.addStats(func(s *Stats) { s.RestoreRemaining -= d })
-	if now := time.Now(); now.Sub(p.last) >= restoreLogEvery {
-		p.last = now
-		rate := float64(restored) / now.Sub(p.start).Seconds()
-		p.r.log.Info("restoring from the committed output", "records", restored, "offset", next, "to", p.to,
-			"done", fmt.Sprintf("%.0f%%", 100*float64(next-p.from)/float64(max(p.to-p.from, 1))),
-			"records_per_s", int64(rate))
-	}
-}
-
-// done takes what is left out of Stats (the restore ended or failed).
-func (p *restoreProgress) done() {
-	left := p.left
-	p.left = 0
-	p.r.j.addStats(func(s *Stats) { s.RestoreRemaining -= left })
 }
 
 // convert points the stage's records at a fetched batch (no copies).
@@ -535,6 +500,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		return fatalf("commit state at input offsets %v: %w", pos, err)
 	}
 	r.count(cycle)
+	r.met.committed(pos, cycle, r.stage)
 	return nil
 }
 
@@ -588,6 +554,7 @@ func (r *runner) settleDoubt(committed []int64) {
 	}
 	r.log.Info("the cycle whose commit was ambiguous had committed", "input_offset", d.pos)
 	r.count(&d.cycle)
+	r.met.settled(&d.cycle)
 }
 
 // abort ends the open transaction without effect and forgets the stage's
@@ -608,6 +575,7 @@ func (r *runner) abort(ctx context.Context, cause error) error {
 // into the open transaction.
 func (r *runner) handle(ctx context.Context, t int, cycle *Stats) error {
 	b := &r.batch
+	r.met.batch(b, t, r.pos[t], cycle.In)
 	r.recs = r.convert(b)
 	decs, counts, err := r.stage.Process(r.recs, r.decs[:0])
 	r.decs = decs

@@ -219,7 +219,7 @@ func BenchmarkReopen(b *testing.B) {
 						b.Fatal(err)
 					}
 					if crash {
-						if err := os.Remove(filepath.Join(e.dir, snapshotFile)); err != nil {
+						if err := os.Remove(filepath.Join(e.dir, SnapshotFile)); err != nil {
 							b.Fatal(err)
 						}
 					}

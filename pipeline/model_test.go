@@ -230,7 +230,7 @@ func TestStageMatchesModel(t *testing.T) {
 				if err := st.Close(); err != nil {
 					rt.Fatalf("step %d: close: %v", step, err)
 				}
-				path := filepath.Join(dir, snapshotFile)
+				path := filepath.Join(dir, SnapshotFile)
 				cur, err := os.ReadFile(path)
 				if err != nil {
 					rt.Fatalf("step %d: clean close left no snapshot: %v", step, err)

@@ -16,8 +16,12 @@ import (
 // ErrClosed is returned by every method of a closed stage.
 var ErrClosed = errors.New("pipeline: stage closed")
 
-// snapshotFile is the Bloom snapshot written by Close, next to the store.
-const snapshotFile = "bloom.snapshot"
+// Files in a stage directory: the Bloom snapshot written by Close, next to
+// the store's directory. Tools read them; nothing else should.
+const (
+	SnapshotFile = "bloom.snapshot"
+	StoreDir     = "store"
+)
 
 // Options are the resources a stage is given rather than configured with.
 type Options struct {
@@ -79,7 +83,7 @@ func Open(dir string, cfg Config, opts Options) (*Stage, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pipeline: %w", err)
 	}
-	store, err := statestore.Open(filepath.Join(dir, "store"), opts.Store)
+	store, err := statestore.Open(filepath.Join(dir, StoreDir), opts.Store)
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +127,7 @@ func (s *Stage) filterConfig() filter.Config {
 // never bring back a snapshot that misses keys committed after it.
 func (s *Stage) loadFilter(seq uint64) error {
 	cfg := s.filterConfig()
-	path := filepath.Join(s.dir, snapshotFile)
+	path := filepath.Join(s.dir, SnapshotFile)
 	f, err := filter.LoadFile(path, cfg)
 	if rmErr := os.Remove(path); rmErr != nil && !errors.Is(rmErr, os.ErrNotExist) {
 		return fmt.Errorf("pipeline: consume bloom snapshot: %w", rmErr)
@@ -356,7 +360,7 @@ func (s *Stage) Close() error {
 	var errs []error
 	if s.err == nil {
 		s.filter.SetTag(s.store.State().Seq)
-		if err := filter.SaveFile(filepath.Join(s.dir, snapshotFile), s.filter); err != nil {
+		if err := filter.SaveFile(filepath.Join(s.dir, SnapshotFile), s.filter); err != nil {
 			errs = append(errs, fmt.Errorf("pipeline: save bloom snapshot: %w", err))
 		}
 	}

@@ -76,6 +76,15 @@ type Options struct {
 	// The default value is false.
 	VersionMode bool
 
+	// ReadOnly opens an existing store for reading only (inspection
+	// tools): nothing is created or written, and VersionMode is taken from
+	// the store instead of checked. Pebble still takes the directory's
+	// lock, so a store another process has open (a running job) is refused
+	// with an error matching ErrLocked.
+	//
+	// The default value is false.
+	ReadOnly bool
+
 	// tune, when set, adjusts the Pebble options after the store has set its
 	// own. It exists for the option measurements in the benchmarks.
 	tune func(*pebble.Options)

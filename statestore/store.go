@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -15,6 +17,15 @@ import (
 
 // ErrClosed is returned by every call on a closed Store.
 var ErrClosed = errors.New("statestore: closed")
+
+// ErrLocked is matched by the error of Open when another process (or
+// another Store in this one) has the store open: Pebble's directory lock is
+// held.
+var ErrLocked = errors.New("statestore: locked: another process has the store open (a running job?)")
+
+// ErrNotExist is matched by the error of a read-only Open of a directory
+// that holds no store.
+var ErrNotExist = errors.New("statestore: no store")
 
 // State is the checkpoint a Commit records atomically with its keys.
 type State struct {
@@ -62,7 +73,12 @@ func Open(dir string, opts Options) (*Store, error) {
 	defer cache.Unref() // each DB holds its own reference
 	po := opts.pebbleOptions(cache, fatal)
 	dbDir := opts.FS.PathJoin(dir, "db")
-	if err := createIfMissing(dbDir, &opts, po, fatal); err != nil {
+	if opts.ReadOnly {
+		po.ReadOnly = true
+		if _, err := opts.FS.Stat(dbDir); err != nil {
+			return nil, fmt.Errorf("%w in %s: %w", ErrNotExist, dir, err)
+		}
+	} else if err := createIfMissing(dbDir, &opts, po, fatal); err != nil {
 		return nil, fmt.Errorf("statestore: create %s: %w", dbDir, err)
 	}
 	// Never let Pebble create a store in place: see createIfMissing.
@@ -73,6 +89,9 @@ func Open(dir string, opts Options) (*Store, error) {
 		return err
 	})
 	if err != nil {
+		if isLockError(err) {
+			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, dbDir, err)
+		}
 		return nil, fmt.Errorf("statestore: open %s: %w", dbDir, err)
 	}
 	s := &Store{
@@ -170,6 +189,8 @@ func (s *Store) load() (err error) {
 		return errors.New("statestore: no format record: not a statestore")
 	case len(v) != 2 || v[0] != layoutVersion:
 		return fmt.Errorf("statestore: unsupported layout %x (this build writes %x)", v, want)
+	case s.opts.ReadOnly:
+		s.opts.VersionMode = v[1]&formatFlagVersionMode != 0
 	case v[1] != want[1]:
 		return fmt.Errorf("statestore: store was created with VersionMode=%t, opened with VersionMode=%t",
 			v[1]&formatFlagVersionMode != 0, s.opts.VersionMode)
@@ -215,6 +236,22 @@ func (s *Store) usable() error {
 		return ErrClosed
 	}
 	return nil
+}
+
+// VersionMode reports whether the store keeps a version per key (dedup
+// mode "version").
+func (s *Store) VersionMode() bool { return s.opts.VersionMode }
+
+// isLockError reports whether err is Pebble failing to take the directory
+// lock: fcntl's EAGAIN or EACCES from another process, or Pebble's own
+// refusal within one process.
+func isLockError(err error) bool {
+	var pe *os.PathError // creating the LOCK file failed: not a held lock
+	if errors.As(err, &pe) {
+		return false
+	}
+	return errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) ||
+		strings.Contains(err.Error(), "lock held by current process")
 }
 
 // Err returns the fatal error Pebble reported, or nil. Once non-nil it stays

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 
@@ -572,5 +574,48 @@ func TestConcurrentReads(t *testing.T) {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestReadOnly: a read-only Open sees the committed keys and state, takes
+// the mode from the store, writes nothing, and is refused while a writer
+// has the store open.
+func TestReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Open(filepath.Join(dir, "none"), Options{ReadOnly: true}); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("read-only open of an empty directory: %v, want ErrNotExist", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "none")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("read-only open created the directory: %v", err)
+	}
+	w, err := Open(dir, Options{VersionMode: true, MemTableSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := w.NewBatch()
+	h := partition.HashKey([]byte("k"))
+	b.Put(7, h, 42)
+	if _, err := w.Commit(b, State{Generation: 7, Checkpoint: []byte("ck")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{ReadOnly: true}); !errors.Is(err, ErrLocked) {
+		t.Fatalf("read-only open while a writer has the store: %v, want ErrLocked", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(dir, Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if !r.VersionMode() || r.State().Seq != 1 || string(r.State().Checkpoint) != "ck" {
+		t.Errorf("read-only store: version mode %t, state %+v", r.VersionMode(), r.State())
+	}
+	if v, found, err := r.Get(7, h); err != nil || !found || v != 42 {
+		t.Errorf("Get = %d, %t, %v; want 42, true", v, found, err)
+	}
+	if _, err := r.Commit(r.NewBatch(), State{}); err == nil {
+		t.Error("a read-only store accepted a commit")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dedupstream/dedupstream/config"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -18,14 +19,20 @@ func cmdBroker(args []string, stdout, stderr io.Writer) int {
 	port := fs.Int("port", 9092, "listen on loopback `PORT` (0: any free port)")
 	partitions := fs.Int("partitions", 4, "partitions of auto-created topics")
 	topics := fs.String("topics", "orders-raw:4,orders:4,orders-dlq:1", "topics to create at start, as `NAME:PARTITIONS,...` (empty: none)")
+	level := logLevelFlag(fs, "warn")
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
+	if !checkLogLevel("broker", *level, stderr) {
+		return exitUsage
+	}
+	log := newLogger(config.Log{Level: *level, Format: "auto"}, stderr)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "dedupstream broker: unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
-	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(*partitions)}
+	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(*partitions),
+		kfake.WithLogger(kfakeLogger{log})}
 	for t := range strings.SplitSeq(*topics, ",") {
 		if t = strings.TrimSpace(t); t == "" {
 			continue
@@ -51,6 +58,7 @@ func cmdBroker(args []string, stdout, stderr io.Writer) int {
 	}
 	defer c.Close()
 	fmt.Fprintf(stdout, "broker listening on %s\n", c.ListenAddrs()[0])
+	log.Info("broker started", "addr", c.ListenAddrs()[0], "dir", *dir)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	<-ctx.Done()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dedupstream/dedupstream/config"
+	"github.com/dedupstream/dedupstream/internal/progress"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -36,8 +38,12 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	keys := fs.Int("keys", 70_000, "distinct business keys")
 	replay := fs.Int("replay", 15_000, "early records replayed at the end")
 	parts := fs.Int("partitions", 4, "partitions of the raw and output topics")
+	level := logLevelFlag(fs, "warn")
 	if code, done := parse(fs, args, stdout); done {
 		return code
+	}
+	if !checkLogLevel("demo", *level, stderr) {
+		return exitUsage
 	}
 	if fs.NArg() > 0 || *keys < 1 || *replay < 0 || *parts < 1 {
 		fmt.Fprintln(stderr, "dedupstream demo: want --keys >= 1, --replay >= 0, --partitions >= 1 and no arguments")
@@ -45,14 +51,15 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := demo(ctx, stdout, *keys, *replay, *parts); err != nil {
+	log := newLogger(config.Log{Level: *level, Format: "auto"}, stderr)
+	if err := demo(ctx, stdout, log, *keys, *replay, *parts); err != nil {
 		fmt.Fprintf(stderr, "dedupstream demo: %v\n", err)
 		return exitFailure
 	}
 	return exitOK
 }
 
-func demo(ctx context.Context, w io.Writer, keys, replay, parts int) error {
+func demo(ctx context.Context, w io.Writer, log *slog.Logger, keys, replay, parts int) error {
 	cluster, err := kfake.NewCluster(kfake.NumBrokers(1),
 		kfake.SeedTopics(int32(parts), "orders-raw", "orders"), kfake.SeedTopics(1, "orders-dlq"))
 	if err != nil {
@@ -85,7 +92,7 @@ func demo(ctx context.Context, w io.Writer, keys, replay, parts int) error {
 	if err != nil {
 		return err
 	}
-	j, err := job.New(cfg, job.Options{Logger: newLogger(config.Log{Level: "warn", Format: "text"}, os.Stderr)})
+	j, err := job.New(cfg, job.Options{Logger: log})
 	if err != nil {
 		return err
 	}
@@ -108,6 +115,7 @@ func demo(ctx context.Context, w io.Writer, keys, replay, parts int) error {
 	}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	prog := progress.New(w, "processed", int64(len(wl.Records)))
 	for {
 		ok, _, err := prod.Caught(ctx, cfg.Job.ID, "orders-raw", parts, 1)
 		if err != nil {
@@ -124,11 +132,13 @@ func demo(ctx context.Context, w io.Writer, keys, replay, parts int) error {
 			<-done
 			return ctx.Err()
 		case <-tick.C:
-			fmt.Fprintf(w, "  processed %d of %d records\n", j.Stats().In, len(wl.Records))
+			prog.Set(int64(j.Stats().In))
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 	took := time.Since(start)
+	prog.Set(int64(j.Stats().In))
+	prog.Finish()
 	cancel()
 	if err := <-done; err != nil {
 		return fmt.Errorf("job: %w", err)

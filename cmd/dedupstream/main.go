@@ -4,6 +4,8 @@
 //	dedupstream lint FILE...          validate config files
 //	dedupstream broker [--dir DIR]    an embedded Kafka broker for development
 //	dedupstream demo                  embedded broker + workload + job + report
+//	dedupstream verify --topic T      audit a topic for repeated business keys
+//	dedupstream inspect --state DIR   state statistics; look a key up
 //	dedupstream version               print the version
 //
 // Exit codes: 0 success, 1 runtime failure, 2 usage or config error.
@@ -34,6 +36,8 @@ Commands:
   lint     validate config files; print every problem with file, line and field
   broker   run an embedded Kafka broker for local development
   demo     run the job on an embedded broker with a synthetic workload and check it
+  verify   audit a topic (read_committed) for repeated business keys; exit 1 if any
+  inspect  show a state directory's keys, Bloom front and checkpoints; look a key up
   version  print the version
 
 Run "dedupstream <command> --help" for the flags of a command.
@@ -53,6 +57,8 @@ var commands = map[string]command{
 	"lint":    cmdLint,
 	"broker":  cmdBroker,
 	"demo":    cmdDemo,
+	"verify":  cmdVerify,
+	"inspect": cmdInspect,
 	"version": cmdVersion,
 }
 

@@ -8,12 +8,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
-	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -27,8 +25,12 @@ var optionsHook = func(*job.Options) {}
 func cmdRun(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("run", "run --config FILE\n\nRun the job until SIGTERM or SIGINT, then commit the open cycles and exit 0.\nA second signal exits at once (the next start recovers).", stdout, stderr)
 	path := fs.String("config", "", "job config `FILE` (YAML; see configs/reference.yaml)")
+	level := logLevelFlag(fs, "")
 	if code, done := parse(fs, args, stdout); done {
 		return code
+	}
+	if *level != "" && !checkLogLevel("run", *level, stderr) {
+		return exitUsage
 	}
 	if *path == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "dedupstream run: want --config FILE and no other arguments")
@@ -44,7 +46,11 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return exitUsage
 	}
+	if *level != "" {
+		cfg.Log.Level = *level
+	}
 	log := newLogger(cfg.Log, stderr)
+	log.Debug("config", "file", *path, "config", cfg)
 	go func() {
 		<-ctx.Done()
 		log.Info("signal received: draining; a second signal exits at once")
@@ -59,7 +65,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if cfg.Metrics.Listen != "off" {
-		stopServe, err := serveMetrics(cfg.Metrics.Listen, j, log)
+		_, stopServe, err := serveMetrics(cfg.Metrics.Listen, j, log)
 		if err != nil {
 			fmt.Fprintf(stderr, "dedupstream: metrics.listen: %v\n", err)
 			return exitFailure
@@ -84,32 +90,13 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// newLogger builds the job's logger: JSON unless the format is "text", or
-// "auto" and w is a terminal.
-func newLogger(c config.Log, w io.Writer) *slog.Logger {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.Level)) // validated by config
-	opts := &slog.HandlerOptions{Level: level}
-	text := c.Format == "text"
-	if c.Format == "auto" {
-		if f, ok := w.(*os.File); ok {
-			if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-				text = true
-			}
-		}
-	}
-	if text {
-		return slog.New(slog.NewTextHandler(w, opts))
-	}
-	return slog.New(slog.NewJSONHandler(w, opts))
-}
-
 // serveMetrics serves /metrics, /livez and /readyz (ready: every owned
 // stage recovered and processing) on addr until the returned stop is
-// called.
-func serveMetrics(addr string, j *job.Job, log *slog.Logger) (stop func(), err error) {
+// called. bound is the address it listens on.
+func serveMetrics(addr string, j *job.Job, log *slog.Logger) (bound string, stop func(), err error) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(j.Collector(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(j.Collector(), job.NewBuildInfo(buildVersion()),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /livez", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
@@ -122,12 +109,12 @@ func serveMetrics(addr string, j *job.Job, log *slog.Logger) (stop func(), err e
 	})
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go srv.Serve(ln)
 	log.Info("serving metrics", "addr", ln.Addr().String())
-	return func() {
+	return ln.Addr().String(), func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)

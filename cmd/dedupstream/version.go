@@ -11,15 +11,20 @@ import (
 // otherwise the module version from the build info is printed.
 var version = ""
 
-func versionString() string {
-	v := version
-	if v == "" {
-		v = "(devel)"
-		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-			v = bi.Main.Version
-		}
+// buildVersion is the version alone: the -ldflags value, else the module
+// version, else "(devel)".
+func buildVersion() string {
+	if version != "" {
+		return version
 	}
-	return fmt.Sprintf("dedupstream %s %s %s/%s", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+func versionString() string {
+	return fmt.Sprintf("dedupstream %s %s %s/%s", buildVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 func cmdVersion(args []string, stdout, stderr io.Writer) int {

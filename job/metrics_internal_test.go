@@ -1,0 +1,50 @@
+package job
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/pipeline"
+)
+
+// TestMetricsHooksDoNotAllocate: once its buffers have grown, a runner's
+// per-batch and per-cycle metric hooks allocate nothing, however many
+// records a batch holds.
+func TestMetricsHooksDoNotAllocate(t *testing.T) {
+	defer SetStateEvery(time.Hour)()
+	j := &Job{topics: []string{"raw"}}
+	m := newStageMetrics(j, 0, func(string, ...any) {})
+	m.lastState = time.Now()
+	var b fetch.Batch
+	now := time.Now()
+	for i := range 5_000 {
+		b.Records = append(b.Records, fetch.Record{Offset: int64(i), Timestamp: now.Add(-time.Duration(i) * time.Millisecond)})
+	}
+	b.LastStableOffset = 6_000
+	cycle := &Stats{Counts: pipeline.Counts{In: 5_000, Emitted: 4_000, DroppedBatch: 1_000}}
+	pos := []int64{5_000}
+	run := func() {
+		m.batch(&b, 0, 0, 0)
+		m.batch(&b, 0, 0, 5_000)
+		m.committed(pos, cycle, nil)
+	}
+	run()
+	if n := testing.AllocsPerRun(50, run); n != 0 {
+		t.Errorf("%v allocations per cycle of two 5000-record batches", n)
+	}
+	pm := m.pm
+	if pm.cycles != 52 || pm.counts.In != 52*5_000 || pm.e2e.counts[len(pm.e2e.counts)-1] != 0 {
+		t.Errorf("cycles %d, in %d", pm.cycles, pm.counts.In)
+	}
+	var n uint64
+	for _, c := range pm.e2e.counts {
+		n += c
+	}
+	if n != 52*10_000 { // run once by hand, once as AllocsPerRun warm-up, 50 measured
+		t.Errorf("%d end-to-end observations, want one per record (%d)", n, 52*10_000)
+	}
+	if lag := pm.lag[0].Load(); lag != 1_000 {
+		t.Errorf("lag %d, want last stable offset 6000 minus committed 5000", lag)
+	}
+}
