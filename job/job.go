@@ -45,8 +45,9 @@ var ErrTopics = errors.New("job: topics do not fit the config")
 // ErrAuth reports that a connection to the brokers could not be secured:
 // the brokers refused the SASL credentials or mechanism, or the TLS
 // handshake failed (an unknown certificate authority, a wrong server name,
-// a rejected client certificate, a plaintext listener). Retrying cannot fix
-// any of these, so Run returns it at start-up instead of retrying.
+// a rejected client certificate). Retrying cannot fix any of these, so Run
+// returns it at start-up instead of retrying. A TLS/plaintext mismatch
+// shows only as lost connections: it is retried like a broker that is down.
 var ErrAuth = errors.New("job: cannot connect securely to the brokers (check kafka.tls and kafka.sasl)")
 
 // Options are the resources a Job is given rather than configured with.

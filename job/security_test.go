@@ -49,7 +49,8 @@ func runSecured(e *env, group bool) {
 	}
 	r := e.start(cfg)
 	for chunk := range slices.Chunk(w.Records, 500) {
-		e.produce(chunk)
+		e.produce(chunk) // over several commit cycles
+		time.Sleep(20 * time.Millisecond)
 	}
 	e.waitCommitted(r, 1, 45*time.Second)
 	e.stop(r)
