@@ -47,6 +47,12 @@ type Kafka struct {
 	// TransactionTimeout is the broker-side timeout of an open
 	// transaction. The default value is 60s.
 	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+	// TLS encrypts every connection the job opens to the brokers. The
+	// default value is off.
+	TLS TLS `yaml:"tls"`
+	// SASL authenticates every connection the job opens to the brokers.
+	// The default value is off.
+	SASL SASL `yaml:"sasl"`
 }
 
 // Input names the raw topics.
@@ -267,6 +273,7 @@ func load(path string, lookup func(string) (string, bool)) (*Config, error) {
 		return nil, &Error{Problems: problems}
 	}
 	c.ApplyDefaults()
+	c.Kafka.resolveSecurityFiles(path)
 	v := validator{file: path, lines: lines, problems: problems}
 	c.validate(&v)
 	if c.Assignment.Mode == "static" && len(c.Assignment.Partitions) == 0 && c.Assignment.PartitionsFile != "" {
@@ -325,6 +332,7 @@ func (c *Config) validate(v *validator) {
 			v.addf(fmt.Sprintf("kafka.brokers[%d]", i), "want host:port, got %q", b)
 		}
 	}
+	c.Kafka.validateSecurity(v)
 	if len(c.Input.Topics) == 0 {
 		v.addf("input.topics", "required: at least one raw topic")
 	}

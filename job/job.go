@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/backoff"
+	"github.com/dedupstream/dedupstream/internal/kafkaauth"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/dedupstream/dedupstream/sink"
@@ -40,18 +41,28 @@ const (
 // exist. Each problem is on its own line and names the config field.
 var ErrTopics = errors.New("job: topics do not fit the config")
 
+// ErrAuth reports that a connection to the brokers could not be secured:
+// the brokers refused the SASL credentials or mechanism, or the TLS
+// handshake failed (an unknown certificate authority, a wrong server name,
+// a rejected client certificate). Retrying cannot fix any of these, so Run
+// returns it at start-up instead of retrying. A TLS/plaintext mismatch
+// shows only as lost connections: it is retried like a broker that is down.
+var ErrAuth = errors.New("job: cannot connect securely to the brokers (check kafka.tls and kafka.sasl)")
+
 // Options are the resources a Job is given rather than configured with.
 type Options struct {
 	// Logger receives the job's events. The default value discards them.
 	Logger *slog.Logger
 	// Transport carries every request of the job (fetch, transactions,
-	// offsets, metadata). The default value is a new *kafka.Transport with
-	// the config's client id.
+	// offsets, metadata, admin). The default value is a new
+	// *kafka.Transport with the config's client id, kafka.tls and
+	// kafka.sasl. A given Transport is used as it is: it must carry its
+	// own TLS and SASL settings.
 	Transport *kafka.Transport
 	// Dialer opens the consumer group's coordinator connections in
 	// assignment mode group (kafka-go's ConsumerGroup does not use the
 	// Transport). The default value is a *kafka.Dialer with the config's
-	// client id.
+	// client id, kafka.tls and kafka.sasl; a given one is used as it is.
 	Dialer *kafka.Dialer
 	// Clock is the wall clock given to the stages. The default value is
 	// time.Now.
@@ -89,15 +100,25 @@ const (
 	FailpointRestored  = "restored"
 )
 
-func (o *Options) applyDefaults(cfg *config.Config) {
+// applyDefaults fills the unset options. Its only error is a TLS or SASL
+// file that became unreadable since the config was validated.
+func (o *Options) applyDefaults(cfg *config.Config) error {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if o.Transport == nil {
-		o.Transport = &kafka.Transport{ClientID: cfg.Kafka.ClientID, DialTimeout: 10 * time.Second}
-	}
-	if o.Dialer == nil {
-		o.Dialer = &kafka.Dialer{ClientID: cfg.Kafka.ClientID, Timeout: 10 * time.Second}
+	if o.Transport == nil || o.Dialer == nil {
+		// One Auth for both, so the group's connections are secured
+		// exactly like the Transport's.
+		auth, err := kafkaauth.New(cfg.Kafka)
+		if err != nil {
+			return fmt.Errorf("job: %w", err)
+		}
+		if o.Transport == nil {
+			o.Transport = &kafka.Transport{ClientID: cfg.Kafka.ClientID, DialTimeout: 10 * time.Second, TLS: auth.TLS, SASL: auth.SASL}
+		}
+		if o.Dialer == nil {
+			o.Dialer = &kafka.Dialer{ClientID: cfg.Kafka.ClientID, Timeout: 10 * time.Second, TLS: auth.TLS, SASLMechanism: auth.SASL}
+		}
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
@@ -117,6 +138,7 @@ func (o *Options) applyDefaults(cfg *config.Config) {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	return nil
 }
 
 // Stats are the job's counters since New, counting only cycles whose
@@ -173,7 +195,12 @@ func New(cfg *config.Config, opts Options) (*Job, error) {
 	if cfg.Assignment.Mode == "static" && len(cfg.Assignment.Partitions) == 0 {
 		return nil, errors.New("job: assignment.partitions: no partitions to run")
 	}
-	opts.applyDefaults(cfg)
+	if err := opts.applyDefaults(cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Kafka.SASL.Mechanism == config.SASLPlain && !cfg.Kafka.TLS.Enabled {
+		opts.Logger.Warn("kafka.sasl: PLAIN without kafka.tls sends the password unencrypted")
+	}
 	j := &Job{
 		cfg:    cfg,
 		opts:   opts,
@@ -323,6 +350,9 @@ func (j *Job) checkTopics(ctx context.Context) (layout, error) {
 		if err == nil {
 			break
 		}
+		if err := j.refusal(ctx, err); err != nil {
+			return layout{}, err
+		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			return layout{}, fmt.Errorf("job: read topic metadata: %w", err)
 		}
@@ -360,6 +390,24 @@ func (j *Job) checkTopics(ctx context.Context) (layout, error) {
 		return layout{}, fmt.Errorf("%w:\n%s", ErrTopics, strings.Join(problems, "\n"))
 	}
 	return lay, nil
+}
+
+// refusal returns an ErrAuth error when err, or a probe of the bootstrap
+// brokers, shows that the brokers refuse the job's TLS or SASL; nil when
+// the failure may pass.
+func (j *Job) refusal(ctx context.Context, err error) error {
+	if kafkaauth.Refused(err) {
+		return fmt.Errorf("%w: %w", ErrAuth, err)
+	}
+	for _, b := range j.cfg.Kafka.Brokers {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		perr := kafkaauth.Probe(pctx, j.opts.Dialer, b)
+		cancel()
+		if perr != nil {
+			return fmt.Errorf("%w: %w", ErrAuth, perr)
+		}
+	}
+	return nil
 }
 
 // createRepartitionTopic creates the repartition topic with n partitions

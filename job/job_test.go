@@ -39,17 +39,30 @@ type env struct {
 	jobID         string
 	prod          *jobtest.Producer
 	dir           string
+	// secured brokers: the kafka config lines of the job (tls, sasl) and
+	// the options of the independent kgo clients. With kafkaYAML set, the
+	// job builds its own Transport and Dialer from the config.
+	kafkaYAML  string
+	clientOpts []kgo.Opt
 }
 
 func newEnv(t *testing.T) *env {
-	e := &env{t: t, brokers: kafkatest.External(), dir: t.TempDir(), jobID: kafkatest.TopicName("orders-dedup")}
-	if e.brokers == nil {
-		e.cluster = kafkatest.NewCluster(t)
+	return newSecureEnv(t, nil, "", nil)
+}
+
+// newSecureEnv is newEnv on an embedded cluster started with clusterOpts
+// (SASL, TLS); kafkaYAML and clientOpts are how the job and the test's
+// clients reach it.
+func newSecureEnv(t *testing.T, clusterOpts []kfake.Opt, kafkaYAML string, clientOpts []kgo.Opt) *env {
+	e := &env{t: t, brokers: kafkatest.External(), dir: t.TempDir(), jobID: kafkatest.TopicName("orders-dedup"),
+		kafkaYAML: kafkaYAML, clientOpts: clientOpts}
+	if e.brokers == nil || clusterOpts != nil {
+		e.cluster = kafkatest.NewCluster(t, clusterOpts...)
 		e.brokers = e.cluster.ListenAddrs()
 	}
 	e.raw, e.out = e.topic("orders-raw", partitions), e.topic("orders", partitions)
 	e.dlq = e.topic("orders-dlq", 1)
-	p, err := jobtest.NewProducer(e.brokers)
+	p, err := jobtest.NewProducer(e.brokers, e.clientOpts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +74,7 @@ func newEnv(t *testing.T) *env {
 // topic creates a topic named after prefix and returns its name.
 func (e *env) topic(prefix string, partitions int32) string {
 	name := kafkatest.TopicName(prefix)
-	kafkatest.CreateTopics(e.t, e.brokers, partitions, name)
+	kafkatest.CreateTopicsWith(e.t, kafkatest.NewClient(e.t, e.brokers, e.clientOpts...), partitions, name)
 	return name
 }
 
@@ -90,6 +103,7 @@ func (e *env) config(parts string, topics ...string) *config.Config {
 kafka:
   brokers: [%q]
   transaction_timeout: 20s
+%s
 input: {topics: [%s]}
 output: {topic: %s, dlq_topic: %s}
 assignment: {partitions: [%s]}
@@ -101,7 +115,7 @@ state:
   cache_size: 8MiB
   memtable_size: 1MiB
 commit: {interval: 50ms, max_records: 2000, shutdown_timeout: 10s}
-`, e.jobID, e.brokers[0], strings.Join(append([]string{e.raw}, topics...), ", "), e.out, e.dlq, parts, filepath.Join(e.dir, "state"))
+`, e.jobID, e.brokers[0], e.kafkaYAML, strings.Join(append([]string{e.raw}, topics...), ", "), e.out, e.dlq, parts, filepath.Join(e.dir, "state"))
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
@@ -124,6 +138,9 @@ func (e *env) start(cfg *config.Config, mod ...func(*job.Options)) *running {
 	tr := &kafka.Transport{ClientID: "job-test", DialTimeout: 2 * time.Second}
 	e.t.Cleanup(tr.CloseIdleConnections)
 	log := slog.New(slog.NewTextHandler(e.t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if e.kafkaYAML != "" {
+		tr = nil // built from the config's tls and sasl, as the CLI does
+	}
 	opts := job.Options{Logger: log, Transport: tr, Backoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond,
 		RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second}
 	for _, m := range mod {
@@ -188,6 +205,7 @@ func (e *env) waitCommitted(r *running, frac float64, timeout time.Duration, onl
 		}
 		select {
 		case err := <-r.done:
+			r.done <- err // for the cleanup
 			e.t.Fatalf("job exited early: %v", err)
 		default:
 		}
@@ -203,7 +221,7 @@ func (e *env) waitCommitted(r *running, frac float64, timeout time.Duration, onl
 func (e *env) verify(w *jobtest.Workload, st job.Stats) {
 	e.t.Helper()
 	ctx := e.ctx(30 * time.Second)
-	rep, err := w.Verify(ctx, e.brokers, e.out, e.dlq, partitions)
+	rep, err := w.Verify(ctx, e.brokers, e.out, e.dlq, partitions, e.clientOpts...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -156,13 +156,14 @@ func (r *Report) addf(format string, args ...any) {
 }
 
 // Verify reads the output (partitions partitions) and the DLQ (one
-// partition) read_committed with kgo and checks them with Check.
-func (w *Workload) Verify(ctx context.Context, brokers []string, outTopic, dlqTopic string, partitions int) (Report, error) {
-	out, err := ReadCommitted(ctx, brokers, outTopic, partitions)
+// partition) read_committed with kgo and checks them with Check. The
+// reader's client gets opts too (TLS and SASL of secured brokers).
+func (w *Workload) Verify(ctx context.Context, brokers []string, outTopic, dlqTopic string, partitions int, opts ...kgo.Opt) (Report, error) {
+	out, err := ReadCommitted(ctx, brokers, outTopic, partitions, opts...)
 	if err != nil {
 		return Report{}, err
 	}
-	dlq, err := ReadCommitted(ctx, brokers, dlqTopic, 1)
+	dlq, err := ReadCommitted(ctx, brokers, dlqTopic, 1, opts...)
 	if err != nil {
 		return Report{}, err
 	}
@@ -253,10 +254,11 @@ func (w *Workload) CheckAccounting(st job.Stats, out, dlq int) []string {
 // ReadCommitted reads topic with isolation level read_committed from the
 // start up to a sentinel record it appends to every partition first (once a
 // sentinel is visible, every transaction before it is decided). Sentinels
-// are left out. Call it when no job writes to topic any more.
-func ReadCommitted(ctx context.Context, brokers []string, topic string, partitions int) ([]*kgo.Record, error) {
+// are left out. Call it when no job writes to topic any more. The clients
+// get opts too.
+func ReadCommitted(ctx context.Context, brokers []string, topic string, partitions int, opts ...kgo.Opt) ([]*kgo.Record, error) {
 	const sentinel = "dedupstream.jobtest.sentinel"
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -268,8 +270,8 @@ func ReadCommitted(ctx context.Context, brokers []string, topic string, partitio
 	if err := cl.ProduceSync(ctx, sents...).FirstErr(); err != nil {
 		return nil, fmt.Errorf("produce sentinels to %s: %w", topic, err)
 	}
-	rd, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	rd, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -299,9 +301,9 @@ type Producer struct {
 	End map[string]map[int32]int64 // topic -> partition -> one past the last produced offset
 }
 
-// NewProducer returns a Producer; Close it.
-func NewProducer(brokers []string) (*Producer, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+// NewProducer returns a Producer; Close it. Its client gets opts too.
+func NewProducer(brokers []string, opts ...kgo.Opt) (*Producer, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner())}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
