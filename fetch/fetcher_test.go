@@ -510,9 +510,9 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-// TestFetchSASL runs the fetcher over a SASL-authenticated transport (PLAIN:
-// kafka-go's SCRAM needs a module this repository does not have): the raw
-// exchanges use the connections the Transport authenticated.
+// TestFetchSASL runs the fetcher over a SASL-authenticated transport (PLAIN;
+// the job's tests cover SCRAM): the raw exchanges use the connections the
+// Transport authenticated.
 func TestFetchSASL(t *testing.T) {
 	c := kafkatest.NewCluster(t, kfake.EnableSASL(), kfake.Superuser("PLAIN", "admin", "secret"))
 	brokers := c.ListenAddrs()

@@ -132,9 +132,12 @@
 //     the open cycle (bounded by Options.ShutdownTimeout), closes its store
 //     and Run returns nil.
 //
-// # Limits
+// # Security
 //
-// This version connects without TLS or SASL.
+// Options.Transport and Options.Dialer default to connections secured as
+// kafka.tls and kafka.sasl say, so fetch, transactions, offsets, metadata
+// and the consumer group all use them; a broker refusing them stops Run at
+// start-up with ErrAuth.
 //
 // # Metrics
 //
