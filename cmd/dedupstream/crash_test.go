@@ -314,7 +314,7 @@ func checkEndpoints(t *testing.T, c *child) {
 		t.Errorf("/readyz: %d %s", code, body)
 	}
 	_, body := get("/metrics")
-	for _, m := range []string{"dedupstream_records_in_total", `dedupstream_duplicates_dropped_total{reason="history"}`, "dedupstream_ready_stages 1"} {
+	for _, m := range []string{"dedupstream_records_in_total", `dedupstream_duplicates_dropped_total{partition="0",reason="history"}`, "dedupstream_ready_stages 1", "dedupstream_build_info{"} {
 		if !strings.Contains(body, m) {
 			t.Errorf("/metrics lacks %s", m)
 		}
