@@ -30,6 +30,7 @@ func TestMetricsHooksDoNotAllocate(t *testing.T) {
 	run := func() {
 		m.batch(&b, 0, 0, 0)
 		m.batch(&b, 0, 0, 5_000)
+		m.count(cycle)
 		m.committed(pos, cycle, nil)
 	}
 	run()

@@ -416,6 +416,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		s.Misrouted += cycle.Misrouted
 		s.Cycles += cycle.Cycles
 	})
+	r.met.count(cycle)
 	r.met.committed(pos, cycle, r.stage)
 	return nil
 }
