@@ -205,8 +205,10 @@ func TestMetrics(t *testing.T) {
 			keys += m("dedupstream_state_keys", fmt.Sprintf(`age="%d"`, age))
 			m("dedupstream_state_bytes", fmt.Sprintf(`age="%d"`, age))
 		}
-		if keys != out {
-			t.Errorf("partition %d: state keys %v over all generations, want the %v emitted", p, keys, out)
+		// Keys of an aborted cycle stay counted (and in the Bloom front):
+		// exact only when no recovery beyond the first ran.
+		if keys != out && !(st.Recoveries > partitions && keys > out) {
+			t.Errorf("partition %d: state keys %v over all generations, want the %v emitted (recoveries %d)", p, keys, out, st.Recoveries)
 		}
 		if f := m("dedupstream_bloom_fill_ratio", `age="0"`); f <= 0 || f >= 0.5 {
 			t.Errorf("partition %d: bloom fill %v", p, f)
