@@ -4,7 +4,10 @@ PKGS      ?= ./...
 BENCHTIME ?= 1s
 FUZZTIME  ?= 30s
 
-.PHONY: build test demo bench fuzz lint fmt
+CHAOS     ?= full
+KAFKA     := testenv/kafka.sh
+
+.PHONY: build test demo bench fuzz lint fmt kafka-up kafka-down test-kafka chaos
 
 ## build: compile every package and the dedupstream binary into bin/
 build:
@@ -19,6 +22,24 @@ demo:
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 20m $(PKGS)
+
+## kafka-up: a 3-broker Apache Kafka cluster on loopback (jars from Maven on first use)
+kafka-up:
+	$(KAFKA) start 3
+
+## kafka-down: stop the cluster
+kafka-down:
+	$(KAFKA) stop
+
+## test-kafka: the broker-facing tests against the running cluster (make kafka-up first)
+test-kafka:
+	$(KAFKA) ready
+	KAFKA_BROKERS=$$($(KAFKA) brokers) $(GO) test -count=1 -timeout 30m ./fetch ./sink ./job ./cmd/dedupstream
+
+## chaos: the fault suite against the running 3-broker cluster; CHAOS=short|full, CHAOS_SEED replays, CHAOS_RUN narrows
+chaos:
+	$(KAFKA) ready
+	KAFKA_BROKERS=$$($(KAFKA) brokers) CHAOS=$(CHAOS) $(GO) test -count=1 -v -timeout 60m -run '$(or $(CHAOS_RUN),.)' ./chaos
 
 ## bench: the engine benchmarks with allocation counts (set BENCH=regexp to narrow)
 bench:

@@ -86,6 +86,17 @@ type Assignment struct {
 	// PartitionsFile is a YAML file with a "partitions" list, relative to
 	// the config file; used in static mode when Partitions is empty.
 	PartitionsFile string `yaml:"partitions_file"`
+	// SessionTimeout is how long the group coordinator waits for a
+	// heartbeat before it moves a member's partitions elsewhere (group
+	// mode). The default value is 30s.
+	SessionTimeout time.Duration `yaml:"session_timeout"`
+	// HeartbeatInterval is the time between heartbeats; it must be below
+	// a third of SessionTimeout. The default value is 3s.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
+	// RebalanceTimeout is how long the coordinator waits for every member
+	// to rejoin in a rebalance: long enough to finish an open commit
+	// cycle. The default value is 60s.
+	RebalanceTimeout time.Duration `yaml:"rebalance_timeout"`
 }
 
 // Dedup configures the stages; see pipeline.Config for the semantics.
@@ -181,6 +192,15 @@ func (c *Config) ApplyDefaults() {
 	}
 	def(&c.Output.Compression, "none")
 	def(&c.Assignment.Mode, "static")
+	if c.Assignment.SessionTimeout == 0 {
+		c.Assignment.SessionTimeout = 30 * time.Second
+	}
+	if c.Assignment.HeartbeatInterval == 0 {
+		c.Assignment.HeartbeatInterval = 3 * time.Second
+	}
+	if c.Assignment.RebalanceTimeout == 0 {
+		c.Assignment.RebalanceTimeout = time.Minute
+	}
 	if len(c.Dedup.Key) == 0 {
 		c.Dedup.Key = []string{"key"}
 	}
@@ -322,6 +342,17 @@ func (c *Config) validate(v *validator) {
 	v.oneOf("assignment.mode", c.Assignment.Mode, "static", "group")
 	if c.Assignment.Mode == "static" && len(c.Assignment.Partitions) == 0 && c.Assignment.PartitionsFile == "" {
 		v.addf("assignment.partitions", "static mode needs partitions or partitions_file")
+	}
+	if c.Assignment.Mode == "group" && len(c.Assignment.Partitions) > 0 {
+		v.addf("assignment.partitions", "group mode: the consumer group assigns partitions; remove the list or use mode static")
+	}
+	if c.Assignment.Mode == "group" {
+		a := c.Assignment
+		if a.SessionTimeout <= 0 || a.HeartbeatInterval <= 0 || a.RebalanceTimeout <= 0 {
+			v.addf("assignment", "session_timeout, heartbeat_interval and rebalance_timeout must be > 0")
+		} else if a.HeartbeatInterval*3 > a.SessionTimeout {
+			v.addf("assignment.heartbeat_interval", "must be at most a third of session_timeout (%v), got %v", a.SessionTimeout, a.HeartbeatInterval)
+		}
 	}
 	for i, p := range c.Assignment.Partitions {
 		if p < 0 {

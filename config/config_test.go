@@ -118,3 +118,28 @@ func TestMetricsListenOff(t *testing.T) {
 		t.Fatalf("metrics.listen off: %v, %+v", err, c)
 	}
 }
+
+func TestGroupAssignment(t *testing.T) {
+	dir := t.TempDir()
+	write := func(assignment string) (*Config, error) {
+		cfg := filepath.Join(dir, "job.yaml")
+		os.WriteFile(cfg, []byte("job: {id: j}\nkafka: {brokers: [\"h:1\"]}\ninput: {topics: [a]}\noutput: {topic: b}\nstate: {dir: /s}\nassignment: "+assignment+"\n"), 0o644)
+		return Load(cfg)
+	}
+	c, err := write("{mode: group, partitions_file: absent.yaml}")
+	if err != nil {
+		t.Fatalf("group mode without partitions: %v", err)
+	}
+	if a := c.Assignment; a.SessionTimeout != 30*time.Second || a.HeartbeatInterval != 3*time.Second || a.RebalanceTimeout != time.Minute || len(a.Partitions) != 0 {
+		t.Errorf("group defaults = %+v", a)
+	}
+	_, err = write("{mode: group, partitions: [1], session_timeout: 6s, heartbeat_interval: 3s}")
+	for _, want := range []string{
+		"assignment.partitions: group mode: the consumer group assigns partitions",
+		"assignment.heartbeat_interval: must be at most a third of session_timeout (6s), got 3s",
+	} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want %q, got %v", want, err)
+		}
+	}
+}

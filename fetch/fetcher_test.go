@@ -543,3 +543,36 @@ func TestFetchSASL(t *testing.T) {
 		t.Log(err)
 	}
 }
+
+// TestOffsetForTime writes records whose timestamps go up and down: the
+// answer is the first offset with a timestamp at or after the one asked,
+// so every record before it is older.
+func TestOffsetForTime(t *testing.T) {
+	brokers := kafkatest.Brokers(t)
+	cl := kafkatest.NewClient(t, brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	topic := newTopic(t, cl, "times")
+	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	minutes := []int{0, 10, 5, 20, 15, 30}
+	for _, m := range minutes {
+		r := &kgo.Record{Topic: topic, Value: []byte(fmt.Sprint(m)), Timestamp: base.Add(time.Duration(m) * time.Minute)}
+		if err := cl.ProduceSync(testContext(t), r).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFetcher(t, brokers, topic, Options{})
+	for _, tc := range []struct {
+		minute int
+		want   int64
+	}{{-5, 0}, {0, 0}, {1, 1}, {10, 1}, {11, 3}, {16, 3}, {21, 5}, {30, 5}, {31, -1}} {
+		got, err := f.OffsetForTime(testContext(t), base.Add(time.Duration(tc.minute)*time.Minute).UnixMilli())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("minute %d: offset %d, want %d", tc.minute, got, tc.want)
+		}
+	}
+	if _, err := f.OffsetForTime(testContext(t), -1); err == nil {
+		t.Error("a negative timestamp was accepted")
+	}
+}

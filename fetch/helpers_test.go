@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,26 +25,12 @@ func testContext(tb testing.TB) context.Context {
 	return ctx
 }
 
-var topicSeq atomic.Int64
-
 // newTopic creates a topic with one partition through kgo, so that tests run
 // unchanged against KAFKA_BROKERS.
 func newTopic(tb testing.TB, admin *kgo.Client, prefix string) string {
 	tb.Helper()
-	topic := fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano()%1e6, topicSeq.Add(1))
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic = topic
-	rt.NumPartitions = 1
-	rt.ReplicationFactor = 1
-	req.Topics = append(req.Topics, rt)
-	res, err := req.RequestWith(testContext(tb), admin)
-	if err != nil {
-		tb.Fatalf("create topic %s: %v", topic, err)
-	}
-	if code := res.Topics[0].ErrorCode; code != 0 {
-		tb.Fatalf("create topic %s: error code %d", topic, code)
-	}
+	topic := kafkatest.TopicName(prefix)
+	kafkatest.CreateTopicsWith(tb, admin, 1, topic)
 	return topic
 }
 
@@ -296,6 +281,7 @@ func diffRecs(tb testing.TB, what string, got, want []rec) {
 // kfakeCluster starts an embedded cluster; n brokers need one port each,
 // since kafkatest.NewCluster's Ports(0) otherwise caps the cluster at one.
 func kfakeCluster(tb testing.TB, n int, opts ...kfake.Opt) *kfake.Cluster {
+	kafkatest.SkipExternal(tb, "drives kfake's fault controls and leader moves")
 	ports := make([]int, n)
 	return kafkatest.NewCluster(tb, append([]kfake.Opt{kfake.NumBrokers(n), kfake.Ports(ports...)}, opts...)...)
 }

@@ -30,6 +30,25 @@ func (f *Fetcher) ListOffsets(ctx context.Context) (Offsets, error) {
 	return offs, err
 }
 
+// OffsetForTime returns the first offset whose record timestamp is at or
+// after ms (Unix milliseconds), below the last stable offset; every record
+// before it has an older timestamp. It returns -1 when no record is that
+// new. It retries like Fetch.
+func (f *Fetcher) OffsetForTime(ctx context.Context, ms int64) (int64, error) {
+	if ms < 0 {
+		return 0, f.errorf("offset for time: want a timestamp >= 0, got %d", ms)
+	}
+	var off int64
+	err := f.retry(ctx, "list offsets", func() (err error) {
+		if err = f.findLeader(ctx); err != nil {
+			return err
+		}
+		off, err = f.listOffset(ctx, ms, isolationReadCommitted)
+		return err
+	})
+	return off, err
+}
+
 // listOffsets runs the three ListOffsets requests once.
 func (f *Fetcher) listOffsets(ctx context.Context) (Offsets, error) {
 	var (
@@ -51,8 +70,9 @@ func (f *Fetcher) listOffsets(ctx context.Context) (Offsets, error) {
 	return offs, nil
 }
 
-// listOffset sends one ListOffsets request for timestamp -2 (earliest) or -1
-// (latest) at the given isolation level to the leader.
+// listOffset sends one ListOffsets request for timestamp -2 (earliest), -1
+// (latest) or a Unix millisecond time at the given isolation level to the
+// leader.
 func (f *Fetcher) listOffset(ctx context.Context, timestamp int64, isolation int8) (int64, error) {
 	x := newExchange(&listoffsets.Request{
 		ReplicaID:      -1,

@@ -19,10 +19,50 @@
 // "<state.dir>/partition-<p>". Dead-lettered records of
 // stage p go to DLQ partition p modulo the DLQ's partition count.
 //
+// In repartition mode the raw topics may have any partition counts and
+// producers may place records anywhere. A route step reads them and writes
+// every record, unchanged, to partition murmur2(business key) mod N of the
+// topic "<job.id>-repartition" (created with N partitions, N being the
+// output's count, when it does not exist); stage p then reads partition p of
+// that topic as above. The route step of raw partition r belongs to stage
+// r mod N, so it runs wherever that stage runs, in both assignment modes.
+// It writes in transactions with its input offsets (group
+// "<job.id>-route", transactional id "<job.id>-route-<topic>-<r>"), so the
+// repartition topic holds every raw record once, and records it cannot key
+// go to the DLQ from there with their raw source. Across raw partitions
+// there is no order, so which of a key's records arriving on different
+// raw partitions counts as first is the one routed first.
+//
 // When the business key is the Kafka key (dedup.key: [key]), every record's
 // key is run through the configured input.partitioner; records that arrived
 // on another partition are counted (Stats.Misrouted) and logged at most once
 // a minute per partition, as a hint to switch to repartition mode.
+//
+// # Assignment
+//
+// In assignment mode static the instance owns the configured partitions
+// for its whole life; two instances owning one partition fence each other
+// (the older one stops with an error).
+//
+// In assignment mode group the consumer group "<job.id>" (kafka-go's
+// ConsumerGroup) assigns partitions in generations. The job's balancer,
+// "dedupstream-copartitioned", assigns partition numbers rather than topic
+// partitions, so a member owns partition p of every raw topic or of none,
+// and it is sticky: members report the partitions they own and keep them up
+// to a fair share (shares differ by at most one), because a partition that
+// moves costs its new owner a restore. A generation runs a stage per
+// assigned partition; when the group rebalances, each stage commits or
+// aborts its open cycle and closes its store (writing its Bloom snapshot),
+// and the next generation opens the stages of its partitions again. Input
+// offsets are committed with the member id and generation, so the
+// coordinator rejects a commit from a member that has been replaced. A
+// member whose producers are fenced (it missed its heartbeats, a zombie)
+// does not stop: it rejoins the group, and its stages run recovery for
+// whatever the next generation gives it.
+//
+// A partition's state directory stays on disk when the partition moves
+// away, so a member that gets it back restores only what was committed in
+// the meantime; windows expire old keys either way.
 //
 // # Delivery guarantees
 //
@@ -83,8 +123,9 @@
 //     doubles up to Options.MaxBackoff (32s) with jitter, and is reset by
 //     the next committed cycle. Nothing is skipped.
 //   - Fenced: another producer initialised the partition's transactional id,
-//     so another instance owns the partition. The job stops with an error
-//     saying so; it does not fight back.
+//     so another instance owns the partition. In static mode the job stops
+//     with an error saying so; it does not fight back. In group mode the
+//     member rejoins the group (see Assignment).
 //   - Fatal (state store failure, an input offset out of range, a broker
 //     answer that retrying cannot fix): the job stops with the error.
 //   - Shutdown: when Run's context ends, each stage stops fetching, commits
@@ -93,9 +134,7 @@
 //
 // # Limits
 //
-// This first version runs partitioning mode "input" and assignment mode
-// "static" only; New rejects other configurations with ErrUnsupported.
-// It connects without TLS or SASL.
+// This version connects without TLS or SASL.
 //
 // # Metrics
 //

@@ -10,10 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/backoff"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
+	"github.com/dedupstream/dedupstream/sink"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/compress"
 )
@@ -38,10 +40,6 @@ const (
 // exist. Each problem is on its own line and names the config field.
 var ErrTopics = errors.New("job: topics do not fit the config")
 
-// ErrUnsupported reports a configuration this build of the job cannot run
-// yet (see the package documentation, "Limits").
-var ErrUnsupported = errors.New("job: not supported yet")
-
 // Options are the resources a Job is given rather than configured with.
 type Options struct {
 	// Logger receives the job's events. The default value discards them.
@@ -50,6 +48,11 @@ type Options struct {
 	// offsets, metadata). The default value is a new *kafka.Transport with
 	// the config's client id.
 	Transport *kafka.Transport
+	// Dialer opens the consumer group's coordinator connections in
+	// assignment mode group (kafka-go's ConsumerGroup does not use the
+	// Transport). The default value is a *kafka.Dialer with the config's
+	// client id.
+	Dialer *kafka.Dialer
 	// Clock is the wall clock given to the stages. The default value is
 	// time.Now.
 	Clock func() time.Time
@@ -73,6 +76,10 @@ type Options struct {
 	// FailpointRestored (one batch restored from the output, more may
 	// follow). The default value is nil.
 	Failpoint func(name string)
+	// StoreFS, when set, returns the file system of partition p's state
+	// store; fault tests wrap the real one in pebble's errorfs. The default
+	// value is nil: every store uses the operating system's files.
+	StoreFS func(p int) vfs.FS
 }
 
 // Failpoint names; see Options.Failpoint.
@@ -88,6 +95,9 @@ func (o *Options) applyDefaults(cfg *config.Config) {
 	}
 	if o.Transport == nil {
 		o.Transport = &kafka.Transport{ClientID: cfg.Kafka.ClientID, DialTimeout: 10 * time.Second}
+	}
+	if o.Dialer == nil {
+		o.Dialer = &kafka.Dialer{ClientID: cfg.Kafka.ClientID, Timeout: 10 * time.Second}
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
@@ -125,9 +135,20 @@ type Stats struct {
 	Misrouted uint64
 	// Cycles counts committed transactions.
 	Cycles uint64
+	// RouteIn counts raw records the route step of repartition mode read
+	// in committed cycles; Routed those it wrote to the repartition topic
+	// (the rest went to the DLQ and are counted in DeadLettered too).
+	RouteIn, Routed uint64
 	// Ready is the number of stages that completed recovery and are
-	// processing input now.
-	Ready int
+	// processing input now; Assigned is the number of partitions this
+	// instance owns now (static: the configured ones; group: those of the
+	// current generation, 0 between generations).
+	Ready, Assigned int
+	// Assignment is true while an assignment is current: in static mode
+	// after the topic check, in group mode while a generation runs.
+	Assignment bool
+	// Generations counts consumer group generations joined (group mode).
+	Generations uint64
 }
 
 // Job runs the stages of the partitions this instance owns.
@@ -136,7 +157,8 @@ type Job struct {
 	opts   Options
 	log    *slog.Logger
 	client *kafka.Client
-	topics []string // the raw topics
+	raw    []string // the raw topics
+	topics []string // the stages' input: the raw topics, or the repartition topic
 	codec  compress.Compression
 	partFn func(key []byte, n int) int // nil: no partition check
 
@@ -148,18 +170,8 @@ type Job struct {
 // New checks that cfg is something this build can run and returns a Job.
 // It does no I/O.
 func New(cfg *config.Config, opts Options) (*Job, error) {
-	var problems []string
-	if cfg.Input.Partitioning != "input" {
-		problems = append(problems, fmt.Sprintf("input.partitioning: only \"input\", got %q", cfg.Input.Partitioning))
-	}
-	if cfg.Assignment.Mode != "static" {
-		problems = append(problems, fmt.Sprintf("assignment.mode: only \"static\", got %q", cfg.Assignment.Mode))
-	}
 	if cfg.Assignment.Mode == "static" && len(cfg.Assignment.Partitions) == 0 {
-		problems = append(problems, "assignment.partitions: no partitions to run")
-	}
-	if len(problems) > 0 {
-		return nil, fmt.Errorf("%w:\n%s", ErrUnsupported, strings.Join(problems, "\n"))
+		return nil, errors.New("job: assignment.partitions: no partitions to run")
 	}
 	opts.applyDefaults(cfg)
 	j := &Job{
@@ -167,7 +179,11 @@ func New(cfg *config.Config, opts Options) (*Job, error) {
 		opts:   opts,
 		log:    opts.Logger,
 		client: &kafka.Client{Addr: kafka.TCP(cfg.Kafka.Brokers...), Transport: opts.Transport},
+		raw:    slices.Clone(cfg.Input.Topics),
 		topics: slices.Clone(cfg.Input.Topics),
+	}
+	if cfg.Input.Partitioning == "repartition" {
+		j.topics = []string{RepartitionTopic(cfg)}
 	}
 	switch cfg.Output.Compression {
 	case "gzip":
@@ -181,9 +197,16 @@ func New(cfg *config.Config, opts Options) (*Job, error) {
 	}
 	if slices.Equal(cfg.Dedup.Key, []string{"key"}) {
 		j.partFn, _ = partition.PartitionerByName(cfg.Input.Partitioner)
+		if cfg.Input.Partitioning == "repartition" {
+			j.partFn = partition.Murmur2Partition // how the route step places records
+		}
 	}
 	return j, nil
 }
+
+// RepartitionTopic is the topic between the route step and the stages in
+// repartition mode: "<job.id>-repartition".
+func RepartitionTopic(cfg *config.Config) string { return cfg.Job.ID + "-repartition" }
 
 // Stats returns the counters so far. It may be called while Run runs.
 func (j *Job) Stats() Stats {
@@ -205,9 +228,10 @@ func (j *Job) stateDir(p int) string {
 
 // Run checks the topics, then runs one stage per owned partition until ctx
 // ends (it then commits or aborts each open cycle and returns nil) or a stage
-// fails for good: fenced by another instance, a fatal broker answer, or a
-// failed state store. The first such failure stops every stage and is
-// returned.
+// fails for good: fenced by another instance (static mode), a fatal broker
+// answer, or a failed state store. The first such failure stops every stage
+// and is returned. In group mode the owned partitions are those of the
+// consumer group's current generation; see runGroup.
 func (j *Job) Run(ctx context.Context) error {
 	layout, err := j.checkTopics(ctx)
 	if err != nil {
@@ -216,6 +240,17 @@ func (j *Job) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	if j.cfg.Assignment.Mode == "group" {
+		return j.runGroup(ctx, layout)
+	}
+	parts := j.cfg.Assignment.Partitions
+	j.addStats(func(s *Stats) { s.Assigned, s.Assignment = len(parts), true })
+	return j.runStages(ctx, parts, layout, sink.Group{ID: j.cfg.Job.ID})
+}
+
+// runStages runs a stage for each of parts until ctx ends or one fails; a
+// failure cancels the others. It returns the failures joined.
+func (j *Job) runStages(ctx context.Context, parts []int, lay layout, group sink.Group) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (
@@ -223,16 +258,29 @@ func (j *Job) Run(ctx context.Context) error {
 		mu   sync.Mutex
 		errs []error
 	)
-	for _, p := range j.cfg.Assignment.Partitions {
+	fail := func(err error) {
+		mu.Lock()
+		errs = append(errs, err)
+		mu.Unlock()
+		cancel(err)
+	}
+	for _, p := range parts {
 		wg.Go(func() {
-			r := newRunner(j, p, layout)
-			if err := r.run(ctx); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-				cancel(err)
+			if err := newRunner(j, p, lay, group).run(ctx); err != nil {
+				fail(err)
 			}
 		})
+		for _, src := range j.routeSources(p, lay) {
+			wg.Go(func() {
+				rt, err := newRouter(j, src, lay)
+				if err == nil {
+					err = rt.run(ctx)
+				}
+				if err != nil {
+					fail(err)
+				}
+			})
+		}
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -240,21 +288,38 @@ func (j *Job) Run(ctx context.Context) error {
 
 // layout is what Run learnt about the topics at start-up.
 type layout struct {
-	partitions    int // of the raw topic, the output topic and the job
+	partitions    int // of the stages' input topics, the output topic and the job
 	dlqPartitions int
+	raw           map[string]int // partition counts of the raw topics
 }
 
-// checkTopics verifies the promise of input mode: the output topic has
-// exactly as many partitions as the raw topic (one per stage), every owned
-// partition exists, and the DLQ topic exists.
+// checkTopics verifies the promise of the partitioning mode. Input mode:
+// the output topic has exactly as many partitions as every raw topic (one
+// per stage). Repartition mode: the raw topics exist with any partition
+// count, and the repartition topic has the output's count; it is created
+// so when it does not exist. In both, every owned partition exists and the
+// DLQ topic exists.
 func (j *Job) checkTopics(ctx context.Context) (layout, error) {
-	names := append([]string{j.cfg.Output.Topic, j.cfg.Output.DLQTopic}, j.topics...)
+	names := append([]string{j.cfg.Output.Topic, j.cfg.Output.DLQTopic}, j.raw...)
+	repartition := j.cfg.Input.Partitioning == "repartition"
+	if repartition {
+		names = append(names, j.topics[0])
+	}
 	var counts map[string]int
 	b := &backoff.Backoff{Base: j.opts.Backoff, Limit: j.opts.MaxBackoff}
 	deadline := time.Now().Add(max(j.retryTimeout(), 10*time.Second))
+	created := false
 	for {
 		var err error
 		counts, err = j.partitionCounts(ctx, names)
+		if err == nil && repartition && counts[j.topics[0]] == 0 && counts[j.cfg.Output.Topic] > 0 {
+			if created {
+				err = fmt.Errorf("created repartition topic %q is not in the metadata yet", j.topics[0])
+			} else if err = j.createRepartitionTopic(ctx, counts[j.cfg.Output.Topic]); err == nil {
+				created = true
+				continue // read the counts again
+			}
+		}
 		if err == nil {
 			break
 		}
@@ -275,11 +340,16 @@ func (j *Job) checkTopics(ctx context.Context) (layout, error) {
 	missing("output.topic", j.cfg.Output.Topic)
 	missing("output.dlq_topic", j.cfg.Output.DLQTopic)
 	out := counts[j.cfg.Output.Topic]
-	for i, t := range j.topics {
+	lay := layout{partitions: out, dlqPartitions: counts[j.cfg.Output.DLQTopic], raw: map[string]int{}}
+	for i, t := range j.raw {
 		missing(fmt.Sprintf("input.topics[%d]", i), t)
-		if in := counts[t]; in > 0 && out > 0 && in != out {
-			problems = append(problems, fmt.Sprintf("input.topics[%d]: raw topic %q has %d partitions, output topic %q has %d: input mode needs one output partition per raw partition", i, t, in, j.cfg.Output.Topic, out))
+		lay.raw[t] = counts[t]
+		if in := counts[t]; !repartition && in > 0 && out > 0 && in != out {
+			problems = append(problems, fmt.Sprintf("input.topics[%d]: raw topic %q has %d partitions, output topic %q has %d: input mode needs one output partition per raw partition (or use partitioning: repartition)", i, t, in, j.cfg.Output.Topic, out))
 		}
+	}
+	if rt := j.topics[0]; repartition && out > 0 && counts[rt] != out {
+		problems = append(problems, fmt.Sprintf("input.partitioning: repartition topic %q has %d partitions, output topic %q has %d: they must match", rt, counts[rt], j.cfg.Output.Topic, out))
 	}
 	for i, p := range j.cfg.Assignment.Partitions {
 		if out > 0 && p >= out {
@@ -289,7 +359,27 @@ func (j *Job) checkTopics(ctx context.Context) (layout, error) {
 	if len(problems) > 0 {
 		return layout{}, fmt.Errorf("%w:\n%s", ErrTopics, strings.Join(problems, "\n"))
 	}
-	return layout{partitions: out, dlqPartitions: counts[j.cfg.Output.DLQTopic]}, nil
+	return lay, nil
+}
+
+// createRepartitionTopic creates the repartition topic with n partitions
+// and the cluster's default replication. Another instance creating it at
+// the same moment is fine.
+func (j *Job) createRepartitionTopic(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	topic := j.topics[0]
+	res, err := j.client.CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: n, ReplicationFactor: -1}},
+	})
+	if err != nil {
+		return fmt.Errorf("create repartition topic %q: %w", topic, err)
+	}
+	if err := res.Errors[topic]; err != nil && !errors.Is(err, kafka.TopicAlreadyExists) {
+		return fmt.Errorf("create repartition topic %q: %w", topic, err)
+	}
+	j.log.Info("created the repartition topic", "topic", topic, "partitions", n)
+	return nil
 }
 
 func (j *Job) partitionCounts(ctx context.Context, names []string) (map[string]int, error) {
@@ -319,17 +409,17 @@ func (j *Job) retryTimeout() time.Duration {
 	return 30 * time.Second
 }
 
-// committedOffsets returns the group's committed offset of partition p of
-// every raw topic, in the order of j.topics; -1 where none is committed.
-func (j *Job) committedOffsets(ctx context.Context, p int) ([]int64, error) {
+// committedOffsets returns group's committed offset of partition p of each
+// of topics, in their order; -1 where none is committed.
+func (j *Job) committedOffsets(ctx context.Context, group string, topics []string, p int) ([]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req := &kafka.OffsetFetchRequest{GroupID: j.cfg.Job.ID, Topics: map[string][]int{}}
-	for _, t := range j.topics {
+	req := &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{}}
+	for _, t := range topics {
 		req.Topics[t] = []int{p}
 	}
 	res, err := j.client.OffsetFetch(ctx, req)
-	offsets := make([]int64, len(j.topics))
+	offsets := make([]int64, len(topics))
 	for i := range offsets {
 		offsets[i] = -1
 	}
@@ -340,15 +430,15 @@ func (j *Job) committedOffsets(ctx context.Context, p int) ([]int64, error) {
 		return offsets, nil // kfake's answer for a group that never committed
 	}
 	if res.Error != nil {
-		return nil, fmt.Errorf("offset fetch group %q: %w", j.cfg.Job.ID, res.Error)
+		return nil, fmt.Errorf("offset fetch group %q: %w", group, res.Error)
 	}
-	for i, t := range j.topics {
+	for i, t := range topics {
 		for _, op := range res.Topics[t] {
 			if op.Partition != p {
 				continue
 			}
 			if op.Error != nil {
-				return nil, fmt.Errorf("offset fetch group %q %s/%d: %w", j.cfg.Job.ID, t, p, op.Error)
+				return nil, fmt.Errorf("offset fetch group %q %s/%d: %w", group, t, p, op.Error)
 			}
 			offsets[i] = op.CommittedOffset
 		}

@@ -25,37 +25,48 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-const (
-	rawTopic   = "orders-raw"
-	outTopic   = "orders"
-	dlqTopic   = "orders-dlq"
-	partitions = 4
-	jobID      = "orders-dedup"
-)
+const partitions = 4
 
-// env is an embedded cluster with the job's topics and a kgo producer that
-// writes the input independently of the job.
+// env is a cluster with the job's topics and a kgo producer that writes
+// the input independently of the job. The cluster is an embedded one, or
+// the brokers KAFKA_BROKERS names; topic names and the job id are unique
+// per test because a real cluster keeps them between runs.
 type env struct {
-	t       *testing.T
-	cluster *kfake.Cluster
-	brokers []string
-	prod    *jobtest.Producer
-	dir     string
+	t             *testing.T
+	cluster       *kfake.Cluster // nil with external brokers
+	brokers       []string
+	raw, out, dlq string
+	jobID         string
+	prod          *jobtest.Producer
+	dir           string
 }
 
-func newEnv(t *testing.T, opts ...kfake.Opt) *env {
-	opts = append([]kfake.Opt{kfake.SeedTopics(partitions, rawTopic, outTopic), kfake.SeedTopics(1, dlqTopic)}, opts...)
-	c := kafkatest.NewCluster(t, opts...)
-	p, err := jobtest.NewProducer(c.ListenAddrs())
+func newEnv(t *testing.T) *env {
+	e := &env{t: t, brokers: kafkatest.External(), dir: t.TempDir(), jobID: kafkatest.TopicName("orders-dedup")}
+	if e.brokers == nil {
+		e.cluster = kafkatest.NewCluster(t)
+		e.brokers = e.cluster.ListenAddrs()
+	}
+	e.raw, e.out = e.topic("orders-raw", partitions), e.topic("orders", partitions)
+	e.dlq = e.topic("orders-dlq", 1)
+	p, err := jobtest.NewProducer(e.brokers)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(p.Close)
-	return &env{t: t, cluster: c, brokers: c.ListenAddrs(), prod: p, dir: t.TempDir()}
+	e.prod = p
+	return e
+}
+
+// topic creates a topic named after prefix and returns its name.
+func (e *env) topic(prefix string, partitions int32) string {
+	name := kafkatest.TopicName(prefix)
+	kafkatest.CreateTopics(e.t, e.brokers, partitions, name)
+	return name
 }
 
 func (e *env) workload(seed uint64, keys, replay int) *jobtest.Workload {
-	return jobtest.New(jobtest.Spec{Topic: rawTopic, Partitions: partitions, Keys: keys, Replay: replay, Seed: seed})
+	return jobtest.New(jobtest.Spec{Topic: e.raw, Partitions: partitions, Keys: keys, Replay: replay, Seed: seed})
 }
 
 func (e *env) ctx(d time.Duration) context.Context {
@@ -90,7 +101,7 @@ state:
   cache_size: 8MiB
   memtable_size: 1MiB
 commit: {interval: 50ms, max_records: 2000, shutdown_timeout: 10s}
-`, jobID, e.brokers[0], strings.Join(append([]string{rawTopic}, topics...), ", "), outTopic, dlqTopic, parts, filepath.Join(e.dir, "state"))
+`, e.jobID, e.brokers[0], strings.Join(append([]string{e.raw}, topics...), ", "), e.out, e.dlq, parts, filepath.Join(e.dir, "state"))
 	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		e.t.Fatal(err)
 	}
@@ -164,7 +175,7 @@ func (e *env) waitCommitted(r *running, frac float64, timeout time.Duration, onl
 	for {
 		ok, c := true, map[int32]int64{}
 		for topic := range e.prod.End {
-			caught, tc, err := e.prod.Caught(e.ctx(10*time.Second), jobID, topic, partitions, frac, only...)
+			caught, tc, err := e.prod.Caught(e.ctx(10*time.Second), e.jobID, topic, partitions, frac, only...)
 			if err != nil {
 				e.t.Fatal(err)
 			}
@@ -181,7 +192,7 @@ func (e *env) waitCommitted(r *running, frac float64, timeout time.Duration, onl
 		default:
 		}
 		if time.Now().After(deadline) {
-			e.t.Fatalf("job did not commit %.0f%% of the input within %v: committed %v of %v (stats %+v)", frac*100, timeout, c, e.prod.End[rawTopic], r.job.Stats())
+			e.t.Fatalf("job did not commit %.0f%% of the input within %v: committed %v of %v (stats %+v)", frac*100, timeout, c, e.prod.End[e.raw], r.job.Stats())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -192,7 +203,7 @@ func (e *env) waitCommitted(r *running, frac float64, timeout time.Duration, onl
 func (e *env) verify(w *jobtest.Workload, st job.Stats) {
 	e.t.Helper()
 	ctx := e.ctx(30 * time.Second)
-	rep, err := w.Verify(ctx, e.brokers, outTopic, dlqTopic, partitions)
+	rep, err := w.Verify(ctx, e.brokers, e.out, e.dlq, partitions)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -266,8 +277,8 @@ func TestRestart(t *testing.T) {
 			e.stop(r1)
 		}
 	}
-	if c, _ := e.prod.Committed(e.ctx(10*time.Second), jobID, rawTopic, partitions); c[0] >= e.prod.End[rawTopic][0] {
-		t.Fatalf("first run was not stopped mid-run: partition 0 committed %d of %d", c[0], e.prod.End[rawTopic][0])
+	if c, _ := e.prod.Committed(e.ctx(10*time.Second), e.jobID, e.raw, partitions); c[0] >= e.prod.End[e.raw][0] {
+		t.Fatalf("first run was not stopped mid-run: partition 0 committed %d of %d", c[0], e.prod.End[e.raw][0])
 	}
 	if err := os.RemoveAll(filepath.Join(cfg.State.Dir, "partition-0")); err != nil {
 		t.Fatal(err)
@@ -315,7 +326,7 @@ func TestFenced(t *testing.T) {
 	e.stop(rest)
 
 	ctx := e.ctx(30 * time.Second)
-	rep, err := w.Verify(ctx, e.brokers, outTopic, dlqTopic, partitions)
+	rep, err := w.Verify(ctx, e.brokers, e.out, e.dlq, partitions)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,13 +336,14 @@ func TestFenced(t *testing.T) {
 }
 
 func TestTopicChecks(t *testing.T) {
-	e := newEnv(t, kfake.SeedTopics(3, "three"))
+	e := newEnv(t)
+	three := e.topic("three", 3)
 	for _, tc := range []struct {
 		name string
 		mod  func(*config.Config)
 		want string
 	}{
-		{"output partitions", func(c *config.Config) { c.Output.Topic = "three" }, `input.topics[0]: raw topic "orders-raw" has 4 partitions, output topic "three" has 3`},
+		{"output partitions", func(c *config.Config) { c.Output.Topic = three }, fmt.Sprintf(`input.topics[0]: raw topic %q has 4 partitions, output topic %q has 3`, e.raw, three)},
 		{"missing dlq", func(c *config.Config) { c.Output.DLQTopic = "nope" }, `output.dlq_topic: topic "nope" does not exist`},
 		{"partition out of range", func(c *config.Config) { c.Assignment.Partitions = []int{7} }, "assignment.partitions[0]: partition 7 does not exist"},
 	} {
@@ -355,6 +367,7 @@ func TestTopicChecks(t *testing.T) {
 // after an ambiguous error), every 9th produce and every 15th fetch lose
 // their connection. Aborts and recoveries must keep the output exact.
 func TestBrokerFaults(t *testing.T) {
+	kafkatest.SkipExternal(t, "drives kfake's request controls; chaos/ has the real-broker faults")
 	e := newEnv(t)
 	w := e.workload(6, 6_000, 1_500)
 	var endTxn, produce, fetch, late atomic.Int64
@@ -411,7 +424,7 @@ func TestMisrouted(t *testing.T) {
 		if p != partition.Murmur2Partition(k, partitions) {
 			want++
 		}
-		recs = append(recs, &kgo.Record{Topic: rawTopic, Partition: int32(p), Key: k, Value: []byte("v")})
+		recs = append(recs, &kgo.Record{Topic: e.raw, Partition: int32(p), Key: k, Value: []byte("v")})
 	}
 	if want == 0 {
 		t.Fatal("no record is misrouted; the test proves nothing")
@@ -428,9 +441,9 @@ func TestMisrouted(t *testing.T) {
 // TestSeveralTopics feeds one job from two raw topics: the second carries
 // a replay of the first's early records, which must all be dropped.
 func TestSeveralTopics(t *testing.T) {
-	const backlog = "orders-backlog"
-	e := newEnv(t, kfake.SeedTopics(partitions, backlog))
-	w := jobtest.New(jobtest.Spec{Topic: rawTopic, ReplayTopic: backlog, Partitions: partitions, Keys: 5_000, Replay: 2_000, Seed: 7})
+	e := newEnv(t)
+	backlog := e.topic("orders-backlog", partitions)
+	w := jobtest.New(jobtest.Spec{Topic: e.raw, ReplayTopic: backlog, Partitions: partitions, Keys: 5_000, Replay: 2_000, Seed: 7})
 	r := e.start(e.config("0, 1, 2, 3", backlog))
 	for chunk := range slices.Chunk(w.Records, 500) {
 		e.produce(chunk)

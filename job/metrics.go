@@ -72,13 +72,18 @@ var (
 	descRestoreDone = prometheus.NewDesc("dedupstream_restore_progress_ratio", "Progress of the latest restore from the output, 0 to 1 (1 when done or when none was needed).", lp, nil)
 	descRecovery    = prometheus.NewDesc("dedupstream_recoveries_total", "Runs of the recovery protocol, start-up included, over all partitions.", nil, nil)
 	descReady       = prometheus.NewDesc("dedupstream_ready_stages", "Stages that completed recovery and process input.", nil, nil)
+	descAssigned    = prometheus.NewDesc("dedupstream_assigned_partitions", "Partitions this instance owns now (group mode: in the current generation, 0 between generations).", nil, nil)
+	descGenerations = prometheus.NewDesc("dedupstream_group_generations_total", "Consumer group generations this instance joined (group mode): one per rebalance it took part in.", nil, nil)
+	descRouteIn     = prometheus.NewDesc("dedupstream_route_records_in_total", "Raw records the route step of repartition mode read in committed cycles.", nil, nil)
+	descRouted      = prometheus.NewDesc("dedupstream_route_records_out_total", "Raw records the route step wrote to the repartition topic in committed cycles (the others went to the DLQ).", nil, nil)
 	descBuild       = prometheus.NewDesc("dedupstream_build_info", "Always 1; labels name the build.", []string{"version", "goversion", "revision"}, nil)
 )
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIn, descOut, descDropped, descDLQ, descRatio, descBloomCheck, descBloomNeg, descFP,
 		descStoreRead, descStoreWrite, descTxn, descRestored, descMisroute, descCycle, descE2E, descLag, descStateKeys,
-		descStateBytes, descDisk, descGen, descFill, descFPR, descRestoreLeft, descRestoreDone, descRecovery, descReady} {
+		descStateBytes, descDisk, descGen, descFill, descFPR, descRestoreLeft, descRestoreDone, descRecovery, descReady,
+		descAssigned, descGenerations, descRouteIn, descRouted} {
 		ch <- d
 	}
 }
@@ -88,6 +93,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	s := j.Stats()
 	ch <- prometheus.MustNewConstMetric(descRecovery, prometheus.CounterValue, float64(s.Recoveries))
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, float64(s.Ready))
+	ch <- prometheus.MustNewConstMetric(descAssigned, prometheus.GaugeValue, float64(s.Assigned))
+	ch <- prometheus.MustNewConstMetric(descGenerations, prometheus.CounterValue, float64(s.Generations))
+	ch <- prometheus.MustNewConstMetric(descRouteIn, prometheus.CounterValue, float64(s.RouteIn))
+	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(s.Routed))
 	j.mu.Lock()
 	parts := make([]*partMetrics, 0, len(j.parts))
 	for _, pm := range j.parts {
@@ -276,9 +285,6 @@ func newStageMetrics(j *Job, p int, log func(msg string, args ...any)) *stageMet
 // records decided in the cycle so far. It touches each record once to keep
 // its timestamp and allocates nothing once the cycle buffer has grown.
 func (m *stageMetrics) batch(b *fetch.Batch, t int, pos int64, cycleIn uint64) {
-	if m == nil {
-		return // a runner built without metrics (unit tests)
-	}
 	if cycleIn == 0 {
 		// A new cycle: whatever an aborted one left is forgotten.
 		m.first = time.Now()
@@ -303,27 +309,10 @@ func (m *stageMetrics) batch(b *fetch.Batch, t int, pos int64, cycleIn uint64) {
 	}
 }
 
-// count adds a committed cycle's counters.
-func (m *stageMetrics) count(cycle *Stats) {
-	if m == nil {
-		return // a runner built without metrics (unit tests)
-	}
-	pm := m.pm
-	pm.mu.Lock()
-	defer pm.mu.Unlock()
-	pm.counts.Add(cycle.Counts)
-	pm.misrouted += cycle.Misrouted
-	pm.cycles++
-	pm.storeWrites += cycle.Emitted
-}
-
-// committed publishes what a cycle that just committed measured: its
-// latencies, the lag against the new committed positions pos, and every
-// stateEvery the state statistics of stage. Its counters go through count.
+// committed publishes a committed cycle: its counters, its latencies, the
+// lag against the new committed positions pos, and every stateEvery the
+// state statistics of stage.
 func (m *stageMetrics) committed(pos []int64, cycle *Stats, stage *pipeline.Stage) {
-	if m == nil {
-		return // a runner built without metrics (unit tests)
-	}
 	now := time.Now()
 	m.e2e.reset()
 	var cycleSec float64
@@ -354,6 +343,7 @@ func (m *stageMetrics) committed(pos []int64, cycle *Stats, stage *pipeline.Stag
 	pm := m.pm
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
+	pm.addCycle(cycle)
 	if latency {
 		pm.cycle.counts[pm.cycle.bucket(cycleSec)]++
 		pm.cycle.sum += cycleSec
@@ -362,6 +352,31 @@ func (m *stageMetrics) committed(pos []int64, cycle *Stats, stage *pipeline.Stag
 	if refresh {
 		pm.state = st
 	}
+}
+
+// stopped forgets the partition's lag when its runner stops in group mode
+// (the partition may move to another member): a frozen value would read as
+// a lag that no longer moves.
+func (m *stageMetrics) stopped() {
+	for i := range m.pm.lag {
+		m.pm.lag[i].Store(-1)
+	}
+}
+
+// settled publishes the counters of a cycle whose ambiguous commit turned
+// out to have committed; its latencies are not known any more.
+func (m *stageMetrics) settled(cycle *Stats) {
+	m.pm.mu.Lock()
+	defer m.pm.mu.Unlock()
+	m.pm.addCycle(cycle)
+}
+
+// addCycle adds a committed cycle's counters; pm.mu is held.
+func (pm *partMetrics) addCycle(cycle *Stats) {
+	pm.counts.Add(cycle.Counts)
+	pm.misrouted += cycle.Misrouted
+	pm.cycles++
+	pm.storeWrites += cycle.Emitted
 }
 
 // readState reads the state statistics of a stage. It runs on the runner's
@@ -396,9 +411,6 @@ func readState(stage *pipeline.Stage) stateStats {
 // the read started at from and runs to offset to. It keeps the restore
 // gauges and logs progress every progress.LineInterval.
 func (m *stageMetrics) restored(from, to int64, b *fetch.Batch) {
-	if m == nil {
-		return // a runner built without metrics (unit tests)
-	}
 	if m.restoreProg == nil || m.restoreFrom != from {
 		m.restoreFrom = from
 		m.restoreProg = progress.NewFunc("restore", to-from, progress.LineInterval, func(s progress.Snapshot, final bool) {
@@ -447,8 +459,9 @@ type buildInfo struct{ m prometheus.Metric }
 func (b buildInfo) Describe(ch chan<- *prometheus.Desc) { ch <- descBuild }
 func (b buildInfo) Collect(ch chan<- prometheus.Metric) { ch <- b.m }
 
-// Ready reports whether every owned stage has completed recovery and is
-// processing input: the /readyz condition.
+// Ready reports whether an assignment is current and every stage of it has
+// completed recovery and is processing input: the /readyz condition.
 func (j *Job) Ready() bool {
-	return j.Stats().Ready == len(j.cfg.Assignment.Partitions)
+	s := j.Stats()
+	return s.Assignment && s.Ready == s.Assigned
 }

@@ -135,7 +135,7 @@ func TestMetrics(t *testing.T) {
 		s = gather(t, r.job.Collector())
 		lagged := false
 		for p := range partitions {
-			lagged = lagged || s[fmt.Sprintf(`dedupstream_consumer_lag_records{partition="%d",topic=%q}`, p, rawTopic)] != 0
+			lagged = lagged || s[fmt.Sprintf(`dedupstream_consumer_lag_records{partition="%d",topic=%q}`, p, e.raw)] != 0
 		}
 		if !lagged || time.Now().After(deadline) {
 			break
@@ -197,7 +197,7 @@ func TestMetrics(t *testing.T) {
 		if sum := m("dedupstream_end_to_end_latency_seconds_sum"); sum <= 0 || sum > in*elapsed {
 			t.Errorf("partition %d: end-to-end sum %vs for %v records over a %vs test", p, sum, in, elapsed)
 		}
-		if lag := m(`dedupstream_consumer_lag_records`, fmt.Sprintf("topic=%q", rawTopic)); lag != 0 {
+		if lag := m(`dedupstream_consumer_lag_records`, fmt.Sprintf("topic=%q", e.raw)); lag != 0 {
 			t.Errorf("partition %d: lag %v after the job caught up", p, lag)
 		}
 		var keys float64

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/internal/backoff"
 	"github.com/dedupstream/dedupstream/partition"
@@ -24,10 +24,11 @@ const misrouteWarnEvery = time.Minute
 // runner drives the stage of one owned partition p: raw partition p in,
 // output partition p out, one transactional producer.
 type runner struct {
-	j   *Job
-	p   int
-	lay layout
-	log *slog.Logger
+	j     *Job
+	p     int
+	lay   layout
+	group sink.Group // the membership sent with the input offsets
+	log   *slog.Logger
 
 	stage *pipeline.Stage
 	prod  *sink.Producer
@@ -44,19 +45,29 @@ type runner struct {
 	outNext int64
 
 	// Reused per batch.
-	batch   fetch.Batch
-	recs    []pipeline.Record
-	decs    []pipeline.Decision
-	emits   []sink.Record
-	dlq     []sink.Record
-	headers []sink.Header
-	text    []byte
-	topicB  [][]byte // raw topic names for the DLQ header
-	pos     []int64  // input positions at the start of a cycle
+	batch  fetch.Batch
+	recs   []pipeline.Record
+	decs   []pipeline.Decision
+	emits  []sink.Record
+	dlq    []sink.Record
+	arena  arena
+	topicB [][]byte // raw topic names for the DLQ header
+	pos    []int64  // input positions at the start of a cycle
 
 	lastMisrouteWarn time.Time
 	ready            bool          // counted in Stats.Ready
 	met              *stageMetrics // see metrics.go
+
+	// doubt is the cycle whose EndTxn(commit) failed ambiguously: the
+	// broker may have committed it. Recovery counts it once the committed
+	// input offsets show that it did.
+	doubt *doubtfulCycle
+}
+
+// doubtfulCycle is a cycle whose commit outcome is unknown.
+type doubtfulCycle struct {
+	pos   []int64 // the input offsets it committed
+	cycle Stats
 }
 
 // setReady keeps Stats.Ready in step with the stage's state.
@@ -72,12 +83,13 @@ func (r *runner) setReady(ready bool) {
 	r.j.addStats(func(s *Stats) { s.Ready += d })
 }
 
-func newRunner(j *Job, p int, lay layout) *runner {
+func newRunner(j *Job, p int, lay layout, group sink.Group) *runner {
 	r := &runner{
-		j:   j,
-		p:   p,
-		lay: lay,
-		log: j.log.With("stage", p),
+		j:     j,
+		p:     p,
+		lay:   lay,
+		group: group,
+		log:   j.log.With("stage", p),
 	}
 	r.met = newStageMetrics(j, p, r.log.Info)
 	return r
@@ -100,6 +112,14 @@ func (e *fatalError) Unwrap() error { return e.err }
 
 func fatalf(format string, args ...any) error {
 	return &fatalError{fmt.Errorf(format, args...)}
+}
+
+// storeFS is Options.StoreFS for this partition, or nil for the default.
+func (r *runner) storeFS() vfs.FS {
+	if r.j.opts.StoreFS == nil {
+		return nil
+	}
+	return r.j.opts.StoreFS(r.p)
 }
 
 func classify(err error) kind {
@@ -130,27 +150,17 @@ func classify(err error) kind {
 // run opens the stage and alternates recovery and commit cycles until ctx
 // ends or a failure is not transient.
 func (r *runner) run(ctx context.Context) (err error) {
-	cfg := r.j.cfg
-	r.stage, err = pipeline.Open(r.j.stateDir(r.p), cfg.Pipeline(), pipeline.Options{
-		Clock:  r.j.opts.Clock,
-		Logger: r.log,
-		Store: statestore.Options{
-			CacheSize:    int64(cfg.State.CacheSize),
-			MemTableSize: uint64(cfg.State.MemTableSize),
-			Logger:       r.log,
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("partition %d: open state: %w", r.p, err)
+	if err := r.open(); err != nil {
+		return err
+	}
+	if r.group.MemberID != "" {
+		defer r.met.stopped() // the partition may move to another member
 	}
 	defer func() {
 		if cerr := r.stage.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("partition %d: close state: %w", r.p, cerr)
 		}
 	}()
-	if err := r.connect(); err != nil {
-		return fmt.Errorf("partition %d: %w", r.p, err)
-	}
 	b := &backoff.Backoff{Base: r.j.opts.Backoff, Limit: r.j.opts.MaxBackoff}
 	defer r.setReady(false)
 	for {
@@ -165,10 +175,13 @@ func (r *runner) run(ctx context.Context) (err error) {
 		}
 		k := classify(err)
 		switch {
+		case k == fenced && r.group.MemberID != "":
+			return fmt.Errorf("partition %d: fenced: the partition moved to another group member (a rebalance, or this member missed its heartbeats): %w", r.p, err)
 		case k == fenced:
 			return fmt.Errorf("partition %d: fenced: another instance took over transactional id %q (is this partition assigned to two instances?): %w",
 				r.p, r.prod.TransactionalID(), err)
 		case ctx.Err() != nil && (k == transient || errors.Is(err, context.Canceled)):
+			r.settleOnExit(ctx)
 			return nil
 		case k == fatal:
 			return fmt.Errorf("partition %d: %w", r.p, err)
@@ -178,6 +191,31 @@ func (r *runner) run(ctx context.Context) (err error) {
 			return nil
 		}
 	}
+}
+
+// open opens the stage's state and makes its producer and fetchers. The
+// caller closes r.stage.
+func (r *runner) open() error {
+	cfg := r.j.cfg
+	var err error
+	r.stage, err = pipeline.Open(r.j.stateDir(r.p), cfg.Pipeline(), pipeline.Options{
+		Clock:  r.j.opts.Clock,
+		Logger: r.log,
+		Store: statestore.Options{
+			FS:           r.storeFS(),
+			CacheSize:    int64(cfg.State.CacheSize),
+			MemTableSize: uint64(cfg.State.MemTableSize),
+			Logger:       r.log,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("partition %d: open state: %w", r.p, err)
+	}
+	if err := r.connect(); err != nil {
+		r.stage.Close()
+		return fmt.Errorf("partition %d: %w", r.p, err)
+	}
+	return nil
 }
 
 func (r *runner) connect() error {
@@ -252,10 +290,11 @@ func (r *runner) recover(ctx context.Context) error {
 		return fmt.Errorf("init producer: %w", err)
 	}
 	r.owned = true
-	committed, err := r.j.committedOffsets(ctx, r.p)
+	committed, err := r.j.committedOffsets(ctx, r.j.cfg.Job.ID, r.j.topics, r.p)
 	if err != nil {
 		return fmt.Errorf("committed offsets: %w", err)
 	}
+	r.settleDoubt(committed)
 	st := r.stage.State()
 	ck, err := DecodeCheckpoint(st.Checkpoint)
 	if err != nil {
@@ -267,7 +306,11 @@ func (r *runner) recover(ctx context.Context) error {
 	}
 	from := ck.Output
 	if len(st.Checkpoint) == 0 {
-		from = offs.Earliest
+		// A new store (a new instance, a moved partition, a lost state
+		// directory) needs only the output still inside the window.
+		if from, err = r.windowStart(ctx, offs); err != nil {
+			return fmt.Errorf("output offsets: %w", err)
+		}
 	}
 	if from > offs.LastStable {
 		return fatalf("state %s is ahead of output %s/%d (checkpoint output offset %d, last stable offset %d): "+
@@ -317,6 +360,50 @@ func (r *runner) recover(ctx context.Context) error {
 	}
 	r.log.Info("recovered", "input_offset", resume, "output_offset", r.outNext, "store_seq", st.Seq)
 	return nil
+}
+
+// windowTail is how many offsets at the end of the output partition
+// windowStart reads to find the newest record time.
+const windowTail = 1000
+
+// windowStart returns where a restore into an empty store may begin: the
+// first output offset whose timestamp can still be inside the window. With
+// the window on record time, output records carry their input's timestamp;
+// everything before the first record at or after newest - (window +
+// window/generations + max_future_skew) is older than the longest a key is
+// remembered, newest being the newest timestamp near the partition's end.
+// With the window on processing time, or when no timestamp is found, the
+// whole partition is read.
+func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, error) {
+	pc := r.j.cfg.Pipeline()
+	if pc.TimeBase != pipeline.RecordTime || offs.LastStable <= offs.Earliest {
+		return offs.Earliest, nil
+	}
+	newest := int64(-1)
+	tail := max(offs.Earliest, offs.LastStable-windowTail)
+	err := r.out.ReadRange(ctx, tail, offs.LastStable, func(b *fetch.Batch) error {
+		for i := range b.Records {
+			newest = max(newest, b.Records[i].Timestamp.UnixMilli())
+		}
+		return nil
+	})
+	if err != nil || newest < 0 {
+		return offs.Earliest, err
+	}
+	keep := pc.Window + pc.Window/time.Duration(pc.Generations) + pc.MaxFutureSkew
+	cutoff := newest - keep.Milliseconds()
+	if cutoff <= 0 {
+		return offs.Earliest, nil
+	}
+	off, err := r.out.OffsetForTime(ctx, cutoff)
+	if err != nil || off < 0 {
+		return offs.Earliest, err
+	}
+	if off > offs.Earliest {
+		r.log.Info("restoring only the window of the output", "from", off, "log_start", offs.Earliest,
+			"cutoff", time.UnixMilli(cutoff).UTC())
+	}
+	return max(off, offs.Earliest), nil
 }
 
 // convert points the stage's records at a fetched batch (no copies).
@@ -396,10 +483,12 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 			offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off})
 		}
 	}
-	err := r.prod.SendOffsets(ctx, sink.Group{ID: r.j.cfg.Job.ID}, offsets)
+	err := r.prod.SendOffsets(ctx, r.group, offsets)
 	if err == nil {
 		r.j.opts.Failpoint(FailpointProduced)
-		err = r.prod.Commit(ctx)
+		if err = r.prod.Commit(ctx); err != nil {
+			r.doubt = &doubtfulCycle{pos: slices.Clone(pos), cycle: *cycle}
+		}
 	}
 	if err != nil {
 		return r.abort(ctx, fmt.Errorf("commit input offsets %v: %w", pos, err))
@@ -410,15 +499,62 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	if err := r.stage.Commit(r.checkpoint(pos, r.outNext)); err != nil {
 		return fatalf("commit state at input offsets %v: %w", pos, err)
 	}
+	r.count(cycle)
+	r.met.committed(pos, cycle, r.stage)
+	return nil
+}
+
+// count adds a committed cycle to the job's counters.
+func (r *runner) count(cycle *Stats) {
 	cycle.Cycles = 1
 	r.j.addStats(func(s *Stats) {
 		s.Counts.Add(cycle.Counts)
 		s.Misrouted += cycle.Misrouted
 		s.Cycles += cycle.Cycles
 	})
-	r.met.count(cycle)
-	r.met.committed(pos, cycle, r.stage)
-	return nil
+}
+
+// settleOnExit learns, before a stop, whether a cycle whose commit was
+// ambiguous committed, so that the counters are exact at exit: Resume
+// settles the transaction (a received EndTxn completes first), then the
+// group's offsets tell. It is bounded by the shutdown timeout and only logs
+// when it cannot tell.
+func (r *runner) settleOnExit(ctx context.Context) {
+	if r.doubt == nil {
+		return
+	}
+	c, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.j.opts.ShutdownTimeout)
+	defer cancel()
+	err := r.prod.Resume(c)
+	var committed []int64
+	if err == nil {
+		committed, err = r.j.committedOffsets(c, r.j.cfg.Job.ID, r.j.topics, r.p)
+	}
+	if err != nil {
+		r.log.Warn("stopping without knowing whether the last cycle committed; the counters may miss it", "err", err)
+		return
+	}
+	r.settleDoubt(committed)
+}
+
+// settleDoubt counts the cycle whose commit was ambiguous if the group's
+// committed offsets (as Job.topics) are the ones it sent: then its
+// transaction committed, its input is not read again, and without this its
+// records would be missing from in = out + dropped + dlq.
+func (r *runner) settleDoubt(committed []int64) {
+	d := r.doubt
+	r.doubt = nil
+	if d == nil || len(committed) != len(d.pos) {
+		return
+	}
+	for i, off := range d.pos {
+		if off >= 0 && committed[i] != off {
+			return
+		}
+	}
+	r.log.Info("the cycle whose commit was ambiguous had committed", "input_offset", d.pos)
+	r.count(&d.cycle)
+	r.met.settled(&d.cycle)
 }
 
 // abort ends the open transaction without effect and forgets the stage's
@@ -449,53 +585,21 @@ func (r *runner) handle(ctx context.Context, t int, cycle *Stats) error {
 	cycle.Counts.Add(counts)
 	r.checkRoute(b, t, cycle)
 
-	// Size the arenas first so that appends never move what earlier
-	// records point to.
-	nh, nd := 0, 0
-	for i := range b.Records {
-		nh += len(b.Records[i].Headers)
+	nd := 0
+	for i := range decs {
 		if decs[i].Verdict == pipeline.DeadLetter {
 			nd++
 		}
 	}
-	if need := nh + 4*nd; cap(r.headers) < need {
-		r.headers = make([]sink.Header, 0, need)
-	}
-	if need := 40 * nd; cap(r.text) < need {
-		r.text = make([]byte, 0, need)
-	}
-	r.headers, r.text = r.headers[:0], r.text[:0]
+	r.arena.reset(b, nd)
 	r.emits, r.dlq = r.emits[:0], r.dlq[:0]
 	for i, d := range decs {
-		fr := &b.Records[i]
-		if d.Verdict != pipeline.Emit && d.Verdict != pipeline.DeadLetter {
-			continue
+		switch d.Verdict {
+		case pipeline.Emit:
+			r.emits = append(r.emits, r.arena.record(&b.Records[i], "", nil, 0))
+		case pipeline.DeadLetter:
+			r.dlq = append(r.dlq, r.arena.record(&b.Records[i], d.Reason, r.topicB[t], r.p))
 		}
-		h0 := len(r.headers)
-		for _, h := range fr.Headers {
-			r.headers = append(r.headers, sink.Header{Key: h.Key, Value: h.Value})
-		}
-		rec := sink.Record{Key: fr.Key, Value: fr.Value, Time: fr.Timestamp}
-		if d.Verdict == pipeline.Emit {
-			rec.Headers = r.headers[h0:len(r.headers):len(r.headers)]
-			r.emits = append(r.emits, rec)
-			continue
-		}
-		t0 := len(r.text)
-		r.text = append(r.text, d.Reason...)
-		t1 := len(r.text)
-		r.text = strconv.AppendInt(r.text, int64(r.p), 10)
-		t2 := len(r.text)
-		r.text = strconv.AppendInt(r.text, fr.Offset, 10)
-		t3 := len(r.text)
-		r.headers = append(r.headers,
-			sink.Header{Key: HeaderReason, Value: r.text[t0:t1:t1]},
-			sink.Header{Key: HeaderSourceTopic, Value: r.topicB[t]},
-			sink.Header{Key: HeaderSourcePartition, Value: r.text[t1:t2:t2]},
-			sink.Header{Key: HeaderSourceOffset, Value: r.text[t2:t3:t3]},
-		)
-		rec.Headers = r.headers[h0:len(r.headers):len(r.headers)]
-		r.dlq = append(r.dlq, rec)
 	}
 	if len(r.emits) > 0 {
 		res, err := r.prod.Produce(ctx, r.j.cfg.Output.Topic, int32(r.p), r.emits)

@@ -45,7 +45,7 @@ type pending struct {
 type Stage struct {
 	cfg    Config
 	win    window
-	ext    *partition.Extractor
+	keyer  *Keyer
 	clock  func() time.Time
 	log    *slog.Logger
 	dir    string
@@ -58,7 +58,6 @@ type Stage struct {
 	cycle  map[partition.Hash]pending // keys emitted since the last Commit
 	batch  *statestore.Batch
 	reader statestore.Reader // open during Process once a key needs confirming
-	keyBuf []byte
 	cands  []uint64
 	err    error // sticky: a failed store stops the stage
 }
@@ -70,9 +69,9 @@ func Open(dir string, cfg Config, opts Options) (*Stage, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	ext, err := partition.NewExtractor(cfg.Key, cfg.MaxKeyBytes)
+	keyer, err := NewKeyer(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("pipeline: dedup.key: %w", err)
+		return nil, err
 	}
 	if opts.Clock == nil {
 		opts.Clock = time.Now
@@ -89,17 +88,16 @@ func Open(dir string, cfg Config, opts Options) (*Stage, error) {
 		return nil, err
 	}
 	s := &Stage{
-		cfg:    cfg,
-		win:    newWindow(&cfg),
-		ext:    ext,
-		clock:  opts.Clock,
-		log:    opts.Logger,
-		dir:    dir,
-		store:  store,
-		cycle:  make(map[partition.Hash]pending),
-		batch:  store.NewBatch(),
-		keyBuf: make([]byte, 0, 256),
-		cands:  make([]uint64, 0, cfg.Generations+1),
+		cfg:   cfg,
+		win:   newWindow(&cfg),
+		keyer: keyer,
+		clock: opts.Clock,
+		log:   opts.Logger,
+		dir:   dir,
+		store: store,
+		cycle: make(map[partition.Hash]pending),
+		batch: store.NewBatch(),
+		cands: make([]uint64, 0, cfg.Generations+1),
 	}
 	st := store.State()
 	s.cur = st.Generation
@@ -226,24 +224,12 @@ func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error)
 }
 
 func (s *Stage) decide(r *Record, oldest uint64, c *Counts) (Decision, error) {
-	if r.size() > s.cfg.MaxRecordBytes {
+	key, version, reason := s.keyer.Key(r)
+	if reason != "" {
 		c.DeadLettered++
-		return Decision{Verdict: DeadLetter, Reason: ReasonRecordTooLarge}, nil
+		return Decision{Verdict: DeadLetter, Reason: reason}, nil
 	}
-	key, err := s.ext.Extract(s.keyBuf[:0], &r.Record)
-	if err != nil {
-		c.DeadLettered++
-		return Decision{Verdict: DeadLetter, Reason: reasonOf(err)}, nil
-	}
-	s.keyBuf = key[:0]
 	h := partition.HashKey(key)
-	var version uint64
-	if s.cfg.Mode == ModeVersion {
-		if version, err = partition.ExtractUint(&r.Record, s.cfg.Version); err != nil {
-			c.DeadLettered++
-			return Decision{Verdict: DeadLetter, Reason: reasonOf(err)}, nil
-		}
-	}
 
 	// Collapse: a key emitted in the open cycle needs no lookup.
 	if p, ok := s.cycle[h]; ok && p.gen >= oldest {
@@ -294,14 +280,6 @@ func (s *Stage) emit(h partition.Hash, version uint64, c *Counts) Decision {
 	return Decision{Verdict: Emit}
 }
 
-// reasonOf names the DLQ reason of a key or version extraction failure.
-func reasonOf(err error) string {
-	if ke, ok := err.(*partition.KeyError); ok {
-		return ke.Reason.String()
-	}
-	return "invalid_record"
-}
-
 // Commit makes the open cycle's keys durable together with checkpoint (the
 // caller's input offsets and next output offset) in one atomic batch, then
 // drops generations that left the window. Call it after the Kafka
@@ -348,16 +326,9 @@ func (s *Stage) Restore(in []Record, checkpoint []byte) error {
 	s.Abort()
 	s.advance(in)
 	for i := range in {
-		key, err := s.ext.Extract(s.keyBuf[:0], &in[i].Record)
+		key, version, err := s.keyer.identity(&in[i])
 		if err != nil {
 			return fmt.Errorf("pipeline: restore: output record %d: %w", i, err)
-		}
-		s.keyBuf = key[:0]
-		var version uint64
-		if s.cfg.Mode == ModeVersion {
-			if version, err = partition.ExtractUint(&in[i].Record, s.cfg.Version); err != nil {
-				return fmt.Errorf("pipeline: restore: output record %d: %w", i, err)
-			}
 		}
 		var c Counts
 		s.emit(partition.HashKey(key), version, &c)

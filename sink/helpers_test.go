@@ -37,6 +37,7 @@ func newEnv(t testing.TB, opts ...kfake.Opt) *env {
 // newFakeEnv always uses kfake: tests of broker faults need its controls.
 func newFakeEnv(t testing.TB, opts ...kfake.Opt) *env {
 	t.Helper()
+	kafkatest.SkipExternal(t, "drives kfake's fault controls")
 	c := kafkatest.NewCluster(t, opts...)
 	return setupEnv(t, c.ListenAddrs(), c)
 }
@@ -53,24 +54,14 @@ func setupEnv(t testing.TB, brokers []string, c *kfake.Cluster) *env {
 	}
 }
 
-var topicSeq atomic.Int64
+var sentinelSeq atomic.Int64
 
 // topic creates a topic named after the test.
 func (e *env) topic(partitions int32) string {
 	e.t.Helper()
 	name := regexp.MustCompile(`[^a-zA-Z0-9._-]+`).ReplaceAllString(e.t.Name(), "-")
-	name = fmt.Sprintf("%s-%d", strings.Trim(name, "-"), topicSeq.Add(1))
-	req := kmsg.NewPtrCreateTopicsRequest()
-	rt := kmsg.NewCreateTopicsRequestTopic()
-	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = name, partitions, -1
-	req.Topics = append(req.Topics, rt)
-	res, err := req.RequestWith(context.Background(), e.admin)
-	if err != nil {
-		e.t.Fatalf("create topic %s: %v", name, err)
-	}
-	if err := kerr.ErrorForCode(res.Topics[0].ErrorCode); err != nil && err != kerr.TopicAlreadyExists {
-		e.t.Fatalf("create topic %s: %v", name, err)
-	}
+	name = kafkatest.TopicName(strings.Trim(name, "-"))
+	kafkatest.CreateTopicsWith(e.t, e.admin, partitions, name)
 	return name
 }
 
@@ -115,7 +106,7 @@ func (e *env) drain(topic string, partition int32, uncommitted bool) []*kgo.Reco
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	sentinel := fmt.Sprintf("%s%d", sentinelPrefix, topicSeq.Add(1))
+	sentinel := fmt.Sprintf("%s%d", sentinelPrefix, sentinelSeq.Add(1))
 	prod := kafkatest.NewClient(e.t, e.brokers, kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err := prod.ProduceSync(ctx, &kgo.Record{Topic: topic, Partition: partition, Key: []byte(sentinel)}).FirstErr(); err != nil {
 		e.t.Fatalf("produce sentinel: %v", err)

@@ -9,17 +9,14 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
-	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 // child is "dedupstream run" in a subprocess: this test binary re-executed
@@ -87,37 +84,9 @@ func TestKillLoop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("subprocess crash loop")
 	}
-	const (
-		raw, out, dlq = "raw", "out", "out-dlq"
-		parts         = 4
-		group         = "killloop"
-	)
-	c := kafkatest.NewCluster(t, kfake.SeedTopics(parts, raw, out), kfake.SeedTopics(1, dlq))
-	brokers := c.ListenAddrs()
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "job.yaml")
-	cfg := fmt.Sprintf(`job: {id: %s}
-kafka: {brokers: [%q], transaction_timeout: 20s}
-input: {topics: [%s]}
-output: {topic: %s, dlq_topic: %s}
-assignment: {partitions: [0, 1, 2, 3]}
-dedup: {key: ["json:order_id"], expected_keys: 50000}
-state: {dir: %s, cache_size: 8MiB, memtable_size: 1MiB}
-commit: {interval: 30ms, max_records: 500}
-log: {level: warn, format: text}
-metrics: {listen: "127.0.0.1:0"}
-`, group, brokers[0], raw, out, dlq, filepath.Join(dir, "state"))
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	w := jobtest.New(jobtest.Spec{Topic: raw, Partitions: parts, Keys: 6_000, Replay: 1_500, Seed: 4})
-	prod, err := jobtest.NewProducer(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	e := newJobEnv(t, "killloop", 4, jobtest.Spec{Keys: 6_000, Replay: 1_500, Seed: 4}, 90*time.Second)
+	w := e.w
+	cfgPath := e.config("job", "{partitions: [0, 1, 2, 3]}", "{interval: 30ms, max_records: 500}", "warn")
 
 	rng := rand.New(rand.NewPCG(5, 5))
 	const kills = 12
@@ -125,9 +94,7 @@ metrics: {listen: "127.0.0.1:0"}
 	produced := 0
 	feed := func() {
 		n := min(produced+chunk, len(w.Records))
-		if err := prod.Produce(ctx, w.Records[produced:n]); err != nil {
-			t.Fatal(err)
-		}
+		e.produce(produced, n)
 		produced = n
 	}
 	var hit [4]int
@@ -182,79 +149,27 @@ metrics: {listen: "127.0.0.1:0"}
 
 	// The last run drains everything and stops cleanly on SIGTERM.
 	last := startChild(t, cfgPath, "")
-	waitCaught(ctx, t, prod, group, raw, parts, last)
-	last.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-last.done:
-		last.done <- err
-		if err != nil {
-			t.Fatalf("last run: exit %v after SIGTERM, want 0:\n%s", err, last.out.String())
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("last run did not exit within 20s of SIGTERM")
-	}
-
-	rep, err := w.Verify(ctx, brokers, out, dlq, parts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range rep.Problems {
-		t.Error(p)
-	}
-	t.Logf("in=%d out=%d dlq=%d escaped=%d lost=%d", rep.In, rep.Out, rep.DLQ, rep.Escaped, rep.Lost)
+	e.caught(last)
+	e.term("last", last)
+	e.verify()
 }
 
 // TestOverlappingInstances runs two "dedupstream run" processes whose
 // static assignments share partition 1: the older one must be fenced and
 // exit 1 with a message saying so, and the output must stay clean.
 func TestOverlappingInstances(t *testing.T) {
-	const (
-		raw, out, dlq = "raw", "out", "out-dlq"
-		parts         = 4
-		group         = "overlap"
-	)
-	c := kafkatest.NewCluster(t, kfake.SeedTopics(parts, raw, out), kfake.SeedTopics(1, dlq))
-	brokers := c.ListenAddrs()
-	dir := t.TempDir()
-	writeCfg := func(name, partitions, level string) string {
-		path := filepath.Join(dir, name+".yaml")
-		cfg := fmt.Sprintf(`job: {id: %s}
-kafka: {brokers: [%q]}
-input: {topics: [%s]}
-output: {topic: %s, dlq_topic: %s}
-assignment: {partitions: [%s]}
-dedup: {key: ["json:order_id"], expected_keys: 50000}
-state: {dir: %s, cache_size: 8MiB, memtable_size: 1MiB}
-commit: {interval: 30ms}
-log: {level: %s, format: text}
-metrics: {listen: "127.0.0.1:0"}
-`, group, brokers[0], raw, out, dlq, partitions, filepath.Join(dir, "state-"+name), level)
-		if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	w := jobtest.New(jobtest.Spec{Topic: raw, Partitions: parts, Keys: 3_000, Replay: 500, Seed: 8})
-	prod, err := jobtest.NewProducer(brokers)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	half := len(w.Records) / 2
-	if err := prod.Produce(ctx, w.Records[:half]); err != nil {
-		t.Fatal(err)
-	}
-	older := startChild(t, writeCfg("a", "0, 1", "warn"), "")
-	waitCaught(ctx, t, prod, group, raw, parts, older, 0, 1)
-	newer := startChild(t, writeCfg("b", "1, 2, 3", "info"), "")
+	e := newJobEnv(t, "overlap", 4, jobtest.Spec{Keys: 3_000, Replay: 500, Seed: 8}, 60*time.Second)
+	static := func(parts string) string { return "{partitions: [" + parts + "]}" }
+	const commit = "{interval: 30ms}"
+	half := len(e.w.Records) / 2
+	e.produce(0, half)
+	older := startChild(t, e.config("a", static("0, 1"), commit, "warn"), "")
+	e.caught(older, 0, 1)
+	newer := startChild(t, e.config("b", static("1, 2, 3"), commit, "info"), "")
 	// The older instance learns it is fenced only when it writes again:
 	// give it input once the newer one has taken partition 1 over.
 	newer.waitOutput(t, "msg=recovered stage=1", 20*time.Second)
-	if err := prod.Produce(ctx, w.Records[half:]); err != nil {
-		t.Fatal(err)
-	}
+	e.produce(half, len(e.w.Records))
 	select {
 	case err := <-older.done:
 		older.done <- err
@@ -264,30 +179,15 @@ metrics: {listen: "127.0.0.1:0"}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("older instance was not fenced within 30s:\n%s\nnewer:\n%s", older.out.String(), newer.out.String())
 	}
-	waitCaught(ctx, t, prod, group, raw, parts, newer, 1, 2, 3)
-	newer.cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-newer.done; err != nil {
-		t.Fatalf("newer instance: %v after SIGTERM, want exit 0:\n%s", err, newer.out.String())
-	}
-	newer.done <- nil
+	e.caught(newer, 1, 2, 3)
+	e.term("newer", newer)
 	// Partition 0 lost its owner with the older instance; a new one finishes it.
-	rest := startChild(t, writeCfg("c", "0", "info"), "")
+	rest := startChild(t, e.config("c", static("0"), commit, "info"), "")
 	rest.waitOutput(t, "msg=recovered", 20*time.Second) // its signal handler is in place
-	waitCaught(ctx, t, prod, group, raw, parts, rest, 0)
+	e.caught(rest, 0)
 	checkEndpoints(t, rest)
-	rest.cmd.Process.Signal(syscall.SIGTERM)
-	if err := <-rest.done; err != nil {
-		t.Fatalf("last instance: %v after SIGTERM:\n%s", err, rest.out.String())
-	}
-	rest.done <- nil
-
-	rep, err := w.Verify(ctx, brokers, out, dlq, parts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range rep.Problems {
-		t.Error(p)
-	}
+	e.term("last", rest)
+	e.verify()
 }
 
 // checkEndpoints finds the child's metrics address in its log and checks

@@ -72,7 +72,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 		defer stopServe()
 	}
-	log.Info("starting", "version", versionString(), "job", cfg.Job.ID, "partitions", cfg.Assignment.Partitions,
+	log.Info("starting", "version", versionString(), "job", cfg.Job.ID, "assignment", cfg.Assignment.Mode, "partitions", cfg.Assignment.Partitions,
 		"input", cfg.Input.Topics, "output", cfg.Output.Topic, "dlq", cfg.Output.DLQTopic)
 	if err := j.Run(ctx); err != nil {
 		if errors.Is(err, job.ErrTopics) {

@@ -1,0 +1,279 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/internal/backoff"
+	"github.com/dedupstream/dedupstream/partition"
+	"github.com/dedupstream/dedupstream/pipeline"
+	"github.com/dedupstream/dedupstream/sink"
+)
+
+// source is one raw topic partition that a route step reads.
+type source struct {
+	topic     string
+	partition int
+}
+
+// routeSources returns the raw partitions whose route step belongs to
+// stage p in repartition mode (none in input mode): raw partition r of every raw topic with
+// r mod N = p, N being the job's partition count. Every raw partition
+// therefore has exactly one owner whenever every stage has one.
+func (j *Job) routeSources(p int, lay layout) []source {
+	if j.cfg.Input.Partitioning != "repartition" {
+		return nil
+	}
+	var srcs []source
+	for _, t := range j.raw {
+		for r := p; r < lay.raw[t]; r += lay.partitions {
+			srcs = append(srcs, source{t, r})
+		}
+	}
+	return srcs
+}
+
+// router is the route step of repartition mode for one raw partition: it
+// reads the raw records, keys them like a stage does, and writes each to
+// partition murmur2(business key) mod N of the repartition topic, keeping
+// key, value, headers and timestamp. Records it cannot key go to the DLQ
+// with their raw source. It writes in transactions that also commit its
+// input offsets (group "<job.id>-route"), so the repartition topic holds
+// each raw record once; the stages remove the duplicates as usual.
+type router struct {
+	j     *Job
+	src   source
+	lay   layout
+	log   *slog.Logger
+	keyer *pipeline.Keyer
+	prod  *sink.Producer
+	in    *fetch.Fetcher
+	owned bool // as runner.owned
+
+	batch  fetch.Batch
+	rec    pipeline.Record
+	dests  []int // per record of the batch: repartition partition, or -1 for the DLQ
+	reason []string
+	out    [][]sink.Record // per repartition partition
+	dlq    []sink.Record
+	arena  arena
+	topicB []byte
+}
+
+func newRouter(j *Job, src source, lay layout) (*router, error) {
+	keyer, err := pipeline.NewKeyer(j.cfg.Pipeline())
+	if err != nil {
+		return nil, err
+	}
+	cfg := j.cfg
+	prod, err := sink.NewProducer(sink.Config{
+		Client:             j.client,
+		TransactionalID:    fmt.Sprintf("%s-route-%s-%d", cfg.Job.ID, src.topic, src.partition),
+		TransactionTimeout: cfg.Kafka.TransactionTimeout,
+		RequestTimeout:     j.opts.RequestTimeout,
+		RetryTimeout:       j.opts.RetryTimeout,
+		Compression:        j.codec,
+		Logger:             j.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	in, err := fetch.New(j.client, src.topic, src.partition, fetch.Options{
+		MaxWait:        min(max(cfg.Commit.Interval, 10*time.Millisecond), fetch.DefaultMaxWait),
+		RequestTimeout: j.opts.RequestTimeout,
+		RetryTimeout:   j.opts.RetryTimeout,
+		ClientID:       cfg.Kafka.ClientID,
+		Logger:         j.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &router{
+		j: j, src: src, lay: lay, keyer: keyer, prod: prod, in: in,
+		log:    j.log.With("route", fmt.Sprintf("%s/%d", src.topic, src.partition)),
+		out:    make([][]sink.Record, lay.partitions),
+		topicB: []byte(src.topic),
+	}, nil
+}
+
+// routeGroup is the consumer group of the route steps' input offsets.
+func (j *Job) routeGroup() string { return j.cfg.Job.ID + "-route" }
+
+// run alternates recovery and route cycles like runner.run, until ctx ends
+// or a failure is not transient.
+func (rt *router) run(ctx context.Context) error {
+	b := &backoff.Backoff{Base: rt.j.opts.Backoff, Limit: rt.j.opts.MaxBackoff}
+	for {
+		err := rt.recover(ctx)
+		if err == nil {
+			err = rt.loop(ctx, b)
+		}
+		if err == nil {
+			return nil
+		}
+		k := classify(err)
+		switch {
+		case k == fenced:
+			return fmt.Errorf("route %s/%d: fenced: another instance routes this raw partition: %w", rt.src.topic, rt.src.partition, err)
+		case ctx.Err() != nil && (k == transient || errors.Is(err, context.Canceled)):
+			return nil
+		case k == fatal:
+			return fmt.Errorf("route %s/%d: %w", rt.src.topic, rt.src.partition, err)
+		}
+		rt.log.Warn("transient failure: aborted the route cycle, recovering after backoff", "err", err)
+		if b.Sleep(ctx) != nil {
+			return nil
+		}
+	}
+}
+
+// recover fences the previous router of the raw partition, settling its
+// open transaction, and resumes at the route group's committed offset.
+func (rt *router) recover(ctx context.Context) error {
+	init := rt.prod.Init
+	if rt.owned {
+		init = rt.prod.Resume
+	}
+	if err := init(ctx); err != nil {
+		return fmt.Errorf("init producer: %w", err)
+	}
+	rt.owned = true
+	committed, err := rt.j.committedOffsets(ctx, rt.j.routeGroup(), []string{rt.src.topic}, rt.src.partition)
+	if err != nil {
+		return fmt.Errorf("committed offsets: %w", err)
+	}
+	pos := committed[0]
+	if pos < 0 {
+		pos = fetch.OffsetEarliest
+	}
+	rt.in.SetPosition(pos)
+	return nil
+}
+
+func (rt *router) loop(ctx context.Context, b *backoff.Backoff) error {
+	cfg := rt.j.cfg
+	txCtx := context.WithoutCancel(ctx)
+	for {
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err := rt.prod.Begin(); err != nil {
+			return rt.abort(txCtx, err)
+		}
+		var (
+			cycle    Stats
+			start    = time.Now()
+			from     = rt.in.Position()
+			stopping bool
+		)
+		for int(cycle.RouteIn) < cfg.Commit.MaxRecords && time.Since(start) < cfg.Commit.Interval {
+			if err := rt.in.Fetch(ctx, &rt.batch); err != nil {
+				if ctx.Err() != nil {
+					stopping = true
+					break
+				}
+				return rt.abort(txCtx, fmt.Errorf("fetch %s/%d: %w", rt.src.topic, rt.src.partition, err))
+			}
+			if err := rt.route(txCtx, &cycle); err != nil {
+				return rt.abort(txCtx, err)
+			}
+		}
+		if stopping {
+			var cancel context.CancelFunc
+			txCtx, cancel = context.WithTimeout(txCtx, rt.j.opts.ShutdownTimeout)
+			defer cancel()
+		}
+		var err error
+		if pos := rt.in.Position(); pos != from {
+			err = rt.prod.SendOffsets(txCtx, sink.Group{ID: rt.j.routeGroup()},
+				[]sink.Offset{{Topic: rt.src.topic, Partition: int32(rt.src.partition), Offset: pos}})
+		}
+		if err == nil {
+			err = rt.prod.Commit(txCtx)
+		}
+		if err != nil {
+			return rt.abort(txCtx, err)
+		}
+		rt.j.addStats(func(s *Stats) {
+			s.RouteIn += cycle.RouteIn
+			s.Routed += cycle.Routed
+			s.DeadLettered += cycle.DeadLettered
+		})
+		b.Reset()
+		if stopping {
+			return nil
+		}
+	}
+}
+
+func (rt *router) abort(ctx context.Context, cause error) error {
+	if err := rt.prod.Abort(ctx); err != nil {
+		if errors.Is(err, sink.ErrFenced) {
+			return err
+		}
+		rt.log.Warn("abort failed", "err", err, "cause", cause)
+	}
+	return cause
+}
+
+// route keys one fetched batch and produces it to the repartition topic
+// and the DLQ inside the open transaction.
+func (rt *router) route(ctx context.Context, cycle *Stats) error {
+	b := &rt.batch
+	if len(b.Records) == 0 {
+		return nil
+	}
+	rt.dests, rt.reason = rt.dests[:0], rt.reason[:0]
+	dead := 0
+	for i := range b.Records {
+		fr := &b.Records[i]
+		rt.rec = pipeline.Record{
+			Record:      partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers},
+			TimestampMs: fr.Timestamp.UnixMilli(),
+		}
+		key, _, reason := rt.keyer.Key(&rt.rec)
+		dest := -1
+		if reason == "" {
+			dest = partition.Murmur2Partition(key, rt.lay.partitions)
+		} else {
+			dead++
+		}
+		rt.dests = append(rt.dests, dest)
+		rt.reason = append(rt.reason, reason)
+	}
+	rt.arena.reset(b, dead)
+	for p := range rt.out {
+		rt.out[p] = rt.out[p][:0]
+	}
+	rt.dlq = rt.dlq[:0]
+	for i, dest := range rt.dests {
+		if dest < 0 {
+			rt.dlq = append(rt.dlq, rt.arena.record(&b.Records[i], rt.reason[i], rt.topicB, rt.src.partition))
+			continue
+		}
+		rt.out[dest] = append(rt.out[dest], rt.arena.record(&b.Records[i], "", nil, 0))
+	}
+	topic := rt.j.topics[0]
+	for p, recs := range rt.out {
+		if len(recs) == 0 {
+			continue
+		}
+		if _, err := rt.prod.Produce(ctx, topic, int32(p), recs); err != nil {
+			return fmt.Errorf("produce to %s/%d: %w", topic, p, err)
+		}
+	}
+	if len(rt.dlq) > 0 {
+		dp := int32(rt.src.partition % rt.lay.dlqPartitions)
+		if _, err := rt.prod.Produce(ctx, rt.j.cfg.Output.DLQTopic, dp, rt.dlq); err != nil {
+			return fmt.Errorf("produce to %s/%d: %w", rt.j.cfg.Output.DLQTopic, dp, err)
+		}
+	}
+	cycle.RouteIn += uint64(len(b.Records))
+	cycle.Routed += uint64(len(b.Records) - dead)
+	cycle.DeadLettered += uint64(dead)
+	return nil
+}

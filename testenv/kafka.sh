@@ -1,0 +1,231 @@
+#!/usr/bin/env bash
+# A real Apache Kafka cluster on loopback for `make test-kafka` and `make chaos`.
+#
+#   testenv/kafka.sh start 1|3        format KRaft storage and start 1 or 3 nodes, wait until ready
+#   testenv/kafka.sh stop             stop every node cleanly (SIGTERM, then SIGKILL after 60s)
+#   testenv/kafka.sh bounce N [--kill] stop node N cleanly (or SIGKILL it), restart it and wait
+#                                     until it is back in the ISR of every partition it replicates
+#   testenv/kafka.sh status           one line per node: id, address, pid, running or not
+#   testenv/kafka.sh brokers          the bootstrap list, host:port comma-separated
+#   testenv/kafka.sh ready            exit 0 if every node answers metadata, else say what is wrong
+#   testenv/kafka.sh fetch            only fetch the jars (start does it when needed)
+#
+# Each node is a combined broker and controller (process.roles=broker,controller);
+# the three controllers form a static quorum, so any one node can be bounced.
+# The jars come from testenv/kafka/pom.xml through Maven into .kafka/lib (fetched
+# once, again when the pom changes); data and logs live in .kafka/data/node-N.
+# Environment: KAFKA_HOME (default <repo>/.kafka), KAFKA_PORT_BASE (default
+# 29090: node N listens on base+N for clients, base+100+N for the quorum),
+# KAFKA_HEAP (default 512m).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+home=${KAFKA_HOME:-$repo/.kafka}
+lib=$home/lib
+data=$home/data
+base=${KAFKA_PORT_BASE:-29090}
+heap=${KAFKA_HEAP:-512m}
+pom=$repo/testenv/kafka/pom.xml
+
+die() { echo "kafka.sh: $*" >&2; exit 1; }
+log() { echo "kafka.sh: $*" >&2; }
+
+client_port() { echo $((base + $1)); }
+quorum_port() { echo $((base + 100 + $1)); }
+
+# nodes prints the node ids of the cluster that was last started.
+nodes() {
+	[[ -f $data/nodes ]] || die "no cluster: run '$0 start 1|3' first"
+	seq 1 "$(cat "$data/nodes")"
+}
+
+brokers() {
+	local list=() n
+	for n in $(nodes); do list+=("127.0.0.1:$(client_port "$n")"); done
+	(IFS=,; echo "${list[*]}")
+}
+
+# fetch_jars copies the broker's jars from Maven once per pom version.
+fetch_jars() {
+	local sum
+	sum=$(sha256sum "$pom" | cut -d' ' -f1)
+	if [[ -f $lib/.pom.sha256 && $(cat "$lib/.pom.sha256") == "$sum" ]]; then
+		return
+	fi
+	log "fetching the broker jars named by $pom"
+	rm -rf "$lib.tmp"
+	mvn -q -B -f "$pom" dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$lib.tmp"
+	rm -rf "$lib"
+	mv "$lib.tmp" "$lib"
+	echo "$sum" >"$lib/.pom.sha256"
+}
+
+pid_of() { cat "$data/node-$1/pid" 2>/dev/null || true; }
+
+running() {
+	local pid
+	pid=$(pid_of "$1")
+	[[ -n $pid ]] && kill -0 "$pid" 2>/dev/null
+}
+
+# write_config writes node n's server.properties for a cluster of count nodes.
+write_config() {
+	local n=$1 count=$2 voters=() i rf isr
+	for i in $(seq 1 "$count"); do voters+=("$i@127.0.0.1:$(quorum_port "$i")"); done
+	rf=$count
+	isr=$((count > 1 ? 2 : 1))
+	cat >"$data/node-$n/server.properties" <<EOF
+process.roles=broker,controller
+node.id=$n
+controller.quorum.voters=$(IFS=,; echo "${voters[*]}")
+controller.listener.names=CONTROLLER
+listeners=PLAINTEXT://127.0.0.1:$(client_port "$n"),CONTROLLER://127.0.0.1:$(quorum_port "$n")
+advertised.listeners=PLAINTEXT://127.0.0.1:$(client_port "$n")
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+inter.broker.listener.name=PLAINTEXT
+log.dirs=$data/node-$n/log
+default.replication.factor=$rf
+min.insync.replicas=$isr
+unclean.leader.election.enable=false
+offsets.topic.replication.factor=$rf
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=$rf
+transaction.state.log.min.isr=$isr
+transaction.state.log.num.partitions=10
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+num.network.threads=2
+num.io.threads=4
+num.recovery.threads.per.data.dir=1
+background.threads=4
+log.cleaner.threads=1
+EOF
+}
+
+launch() {
+	local n=$1 dir=$data/node-$1
+	# A small heap and the serial collector: several JVMs share two cores.
+	setsid java -Xms128m -Xmx"$heap" -XX:+UseSerialGC -Djava.awt.headless=true \
+		-Dlog4j2.configurationFile="$repo/testenv/kafka/log4j2.properties" \
+		-Dkafka.node.log="$dir/server.log" \
+		-cp "$lib/*" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 </dev/null &
+	echo $! >"$dir/pid"
+}
+
+# metadata prints kcat's view of the cluster, empty when it cannot get one.
+metadata() { timeout 10 kcat -L -b "$(brokers)" -m 5 2>/dev/null || true; }
+
+# wait_until runs "$@" every second until it succeeds or secs pass.
+wait_until() {
+	local secs=$1 what=$2
+	shift 2
+	local deadline=$((SECONDS + secs))
+	until "$@"; do
+		((SECONDS < deadline)) || die "$what not reached within ${secs}s (logs: $data/node-*/server.log)"
+		sleep 1
+	done
+}
+
+all_registered() {
+	local want=$1
+	[[ $(metadata | grep -cE '^  broker [0-9]+ at') -eq $want ]]
+}
+
+# in_sync: every partition has as many in-sync replicas as replicas.
+in_sync() {
+	local md
+	md=$(metadata)
+	[[ -n $md ]] || return 1
+	! awk '/partition [0-9]+, leader/ {
+		r = $0; sub(/.*replicas: /, "", r); sub(/, isrs:.*/, "", r)
+		i = $0; sub(/.*isrs: /, "", i); sub(/,? *$/, "", i)
+		if (split(r, a, ",") != split(i, b, ",") || $0 ~ /leader -1/) bad = 1
+	} END { exit !bad }' <<<"$md"
+}
+
+cmd_start() {
+	local count=${1:-}
+	[[ $count == 1 || $count == 3 ]] || die "usage: $0 start 1|3"
+	command -v kcat >/dev/null || die "kcat is needed to check readiness (apt-get install -y kcat)"
+	if [[ -f $data/nodes ]]; then
+		for n in $(nodes); do running "$n" && die "node $n is running; '$0 stop' first"; done
+	fi
+	fetch_jars
+	rm -rf "$data"
+	mkdir -p "$data"
+	echo "$count" >"$data/nodes"
+	local cluster_id
+	cluster_id=$(java -cp "$lib/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
+	for n in $(seq 1 "$count"); do
+		mkdir -p "$data/node-$n"
+		write_config "$n" "$count"
+		java -Xmx256m -cp "$lib/*" -Dlog4j2.configurationFile="$repo/testenv/kafka/log4j2.properties" \
+			-Dkafka.node.log="$data/node-$n/format.log" \
+			kafka.tools.StorageTool format -t "$cluster_id" -c "$data/node-$n/server.properties" >"$data/node-$n/format.out" 2>&1 ||
+			die "format node $n failed: $(cat "$data/node-$n/format.out")"
+	done
+	for n in $(seq 1 "$count"); do launch "$n"; done
+	wait_until 180 "$count brokers registered" all_registered "$count"
+	log "ready: $(brokers)"
+}
+
+stop_node() {
+	local n=$1 sig=$2 pid i
+	pid=$(pid_of "$n")
+	running "$n" || return 0
+	kill "-$sig" "$pid"
+	for i in $(seq 1 60); do
+		kill -0 "$pid" 2>/dev/null || { rm -f "$data/node-$n/pid"; return 0; }
+		sleep 1
+	done
+	log "node $n did not stop within 60s of SIG$sig; killing it"
+	kill -KILL "$pid" 2>/dev/null || true
+	rm -f "$data/node-$n/pid"
+}
+
+cmd_stop() {
+	[[ -f $data/nodes ]] || return 0
+	local n
+	# Stop in parallel: a controlled shutdown waits for the others' leadership moves.
+	for n in $(nodes); do stop_node "$n" TERM & done
+	wait
+	log "stopped"
+}
+
+cmd_bounce() {
+	local n=${1:-} sig=TERM
+	[[ ${2:-} == --kill ]] && sig=KILL
+	[[ -n $n && -d $data/node-$n ]] || die "usage: $0 bounce N [--kill]"
+	running "$n" || die "node $n is not running"
+	stop_node "$n" "$sig"
+	launch "$n"
+	wait_until 180 "node $n back in every ISR" in_sync
+	log "node $n bounced (SIG$sig) and back in sync"
+}
+
+cmd_status() {
+	local n state
+	for n in $(nodes); do
+		state=stopped
+		running "$n" && state="running pid $(pid_of "$n")"
+		echo "node $n 127.0.0.1:$(client_port "$n") $state"
+	done
+}
+
+cmd_ready() {
+	local count n
+	count=$(cat "$data/nodes" 2>/dev/null) || die "no cluster: run 'make kafka-up' (or '$0 start 3') first"
+	for n in $(nodes); do running "$n" || die "node $n is not running (see '$0 status'; 'make kafka-up' restarts the cluster)"; done
+	all_registered "$count" || die "the cluster does not list its $count brokers yet (logs: $data/node-*/server.log)"
+}
+
+case ${1:-} in
+start) cmd_start "${2:-}" ;;
+stop) cmd_stop ;;
+bounce) cmd_bounce "${2:-}" "${3:-}" ;;
+status) cmd_status ;;
+brokers) brokers ;;
+ready) cmd_ready ;;
+fetch) fetch_jars ;;
+*) die "usage: $0 start 1|3 | stop | bounce N [--kill] | status | brokers | ready | fetch" ;;
+esac
