@@ -123,6 +123,12 @@ func TestMetrics(t *testing.T) {
 	cfg := e.config("0, 1, 2, 3")
 	r := e.start(cfg)
 	startMs := time.Now().UnixMilli()
+	// Input arrives while the job runs, over several cycles.
+	for deadline := time.Now().Add(30 * time.Second); !r.job.Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("job not ready within 30s")
+		}
+	}
 	for chunk := range slices.Chunk(w.Records, 1_000) {
 		e.produce(chunk)
 		time.Sleep(20 * time.Millisecond)
@@ -184,7 +190,9 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("partition %d: store writes %v, want out %v (nothing restored)", p, w, out)
 		}
 		cycles := m("dedupstream_transactions_total")
-		if n := m("dedupstream_cycle_duration_seconds_count"); n != cycles || cycles < 2 {
+		// One observation per committed cycle that decided records (a
+		// cycle may commit only a resolved start position).
+		if n := m("dedupstream_cycle_duration_seconds_count"); n > cycles || n < 1 || m("dedupstream_cycle_duration_seconds_sum") <= 0 {
 			t.Errorf("partition %d: %v cycle latency observations for %v transactions", p, n, cycles)
 		}
 		if n := m("dedupstream_end_to_end_latency_seconds_count"); n != in {
