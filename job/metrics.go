@@ -60,7 +60,7 @@ var (
 	descRestored    = prometheus.NewDesc("dedupstream_restored_records_total", "Output records read back into a lagging state store in recovery.", lp, nil)
 	descMisroute    = prometheus.NewDesc("dedupstream_misrouted_records_total", "Input records found on another partition than the configured partitioner gives for their key.", lp, nil)
 	descCycle       = prometheus.NewDesc("dedupstream_cycle_duration_seconds", "Processing latency: from the first fetched batch of a commit cycle to the state commit after its transaction committed; every record of the cycle waited at most this long inside the job.", lp, nil)
-	descE2E         = prometheus.NewDesc("dedupstream_end_to_end_latency_seconds", "Per input record of a committed cycle: commit time minus the record timestamp (create time, or the broker's append time on LogAppendTime topics); replays of old records land in the top buckets.", lp, nil)
+	descE2E         = prometheus.NewDesc("dedupstream_end_to_end_latency_seconds", "Per input record of a committed cycle: commit time minus the record timestamp (create time, or the broker's append time on LogAppendTime topics; records without a timestamp are left out); replays of old records land in the top buckets.", lp, nil)
 	descLag         = prometheus.NewDesc("dedupstream_consumer_lag_records", "Last stable offset of the raw partition (from the latest fetch response) minus the committed input offset.", []string{"topic", "partition"}, nil)
 	descStateKeys   = prometheus.NewDesc("dedupstream_state_keys", "Keys added to each live generation (age 0 is the current one), from the Bloom front's counts; keys of aborted cycles count too.", lpa, nil)
 	descStateBytes  = prometheus.NewDesc("dedupstream_state_bytes", "Estimated on-disk bytes of each live generation's store bucket (keys still in the memtable count 0).", lpa, nil)
@@ -320,6 +320,9 @@ func (m *stageMetrics) committed(pos []int64, cycle *Stats, stage *pipeline.Stag
 	if latency {
 		cycleSec = now.Sub(m.first).Seconds()
 		for _, ms := range m.ts {
+			if ms <= 0 {
+				continue // a record without timestamp (-1)
+			}
 			d := max(float64(now.UnixMilli()-ms)/1e3, 0)
 			m.e2e.counts[m.e2e.bucket(d)]++
 			m.e2e.sum += d

@@ -123,6 +123,12 @@ func TestMetrics(t *testing.T) {
 	cfg := e.config("0, 1, 2, 3")
 	r := e.start(cfg)
 	startMs := time.Now().UnixMilli()
+	// Input arrives while the job runs, over several cycles.
+	for deadline := time.Now().Add(30 * time.Second); !r.job.Ready(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("job not ready within 30s")
+		}
+	}
 	for chunk := range slices.Chunk(w.Records, 1_000) {
 		e.produce(chunk)
 		time.Sleep(20 * time.Millisecond)
@@ -184,7 +190,9 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("partition %d: store writes %v, want out %v (nothing restored)", p, w, out)
 		}
 		cycles := m("dedupstream_transactions_total")
-		if n := m("dedupstream_cycle_duration_seconds_count"); n != cycles || cycles < 2 {
+		// One observation per committed cycle that decided records (a
+		// cycle may commit only a resolved start position).
+		if n := m("dedupstream_cycle_duration_seconds_count"); n > cycles || n < 1 || m("dedupstream_cycle_duration_seconds_sum") <= 0 {
 			t.Errorf("partition %d: %v cycle latency observations for %v transactions", p, n, cycles)
 		}
 		if n := m("dedupstream_end_to_end_latency_seconds_count"); n != in {
@@ -205,8 +213,10 @@ func TestMetrics(t *testing.T) {
 			keys += m("dedupstream_state_keys", fmt.Sprintf(`age="%d"`, age))
 			m("dedupstream_state_bytes", fmt.Sprintf(`age="%d"`, age))
 		}
-		if keys != out {
-			t.Errorf("partition %d: state keys %v over all generations, want the %v emitted", p, keys, out)
+		// Keys of an aborted cycle stay counted (and in the Bloom front):
+		// exact only when no recovery beyond the first ran.
+		if keys != out && !(st.Recoveries > partitions && keys > out) {
+			t.Errorf("partition %d: state keys %v over all generations, want the %v emitted (recoveries %d)", p, keys, out, st.Recoveries)
 		}
 		if f := m("dedupstream_bloom_fill_ratio", `age="0"`); f <= 0 || f >= 0.5 {
 			t.Errorf("partition %d: bloom fill %v", p, f)
