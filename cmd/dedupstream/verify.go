@@ -16,6 +16,7 @@ import (
 
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/internal/kafkaauth"
 	"github.com/dedupstream/dedupstream/internal/progress"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/segmentio/kafka-go"
@@ -30,9 +31,9 @@ record's business key is extracted as the job does: "key" (the Kafka key),
 "header:NAME" or "json:a.b.c", several comma-separated fields forming one
 composite key.
 
-With --config the brokers, the key fields and max_key_bytes come from the job
-file, the topic defaults to its output.topic and the window to its
-dedup.window; flags override them. Without a window every repeat counts; with
+With --config the brokers (reached as its kafka.tls and kafka.sasl say), the
+key fields and max_key_bytes come from the job file, the topic defaults to its
+output.topic and the window to its dedup.window; flags override them. Without a window every repeat counts; with
 one, a repeat farther than the window (in record time) from the occurrence it
 repeats starts a new window instead, as in the job. Occurrences are compared in
 read order: partition by partition, in offset order.
@@ -44,6 +45,7 @@ of every occurrence) to stdout. Exit 0 when no key repeats, 1 when one does
 // verifySettings is what an audit needs, from a config file and flags.
 type verifySettings struct {
 	brokers    []string
+	auth       kafkaauth.Auth // kafka.tls and kafka.sasl of the config, if given
 	clientID   string
 	topic      string
 	key        []partition.Field
@@ -77,6 +79,10 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 		cfg, err := config.Load(*cfgPath)
 		if err != nil {
 			fmt.Fprintln(stderr, err)
+			return exitUsage
+		}
+		if s.auth, err = kafkaauth.New(cfg.Kafka); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", *cfgPath, err)
 			return exitUsage
 		}
 		pc := cfg.Pipeline()
@@ -231,10 +237,11 @@ func newAudit(s verifySettings) (*audit, error) {
 		return nil, err
 	}
 	return &audit{
-		s:      s,
-		ext:    ext,
-		client: &kafka.Client{Addr: kafka.TCP(s.brokers...), Transport: &kafka.Transport{ClientID: s.clientID, DialTimeout: 10 * time.Second}},
-		keys:   map[partition.Hash]keyState{},
+		s:   s,
+		ext: ext,
+		client: &kafka.Client{Addr: kafka.TCP(s.brokers...), Transport: &kafka.Transport{
+			ClientID: s.clientID, DialTimeout: 10 * time.Second, TLS: s.auth.TLS, SASL: s.auth.SASL}},
+		keys: map[partition.Hash]keyState{},
 	}, nil
 }
 
