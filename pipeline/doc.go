@@ -41,12 +41,16 @@
 // oldest one is dropped whole: one Pebble DeleteRange and a Bloom sub-filter
 // reset.
 //
-// The clock is read once per Process call (one fetched batch). With
-// TimeBase "record" (default) it is the largest record timestamp seen so far,
-// never moving backwards, so replays and restores decide the same way as the
-// original run; timestamps more than MaxFutureSkew ahead of the wall clock
-// are clamped to the wall clock so one bad producer clock cannot expire the
-// whole window. With TimeBase "processing" it is the wall clock.
+// With TimeBase "record" (default) the clock is the largest record
+// timestamp seen so far, never moving backwards, and it moves record by
+// record: each record is decided at its own time, not at the newest time of
+// its fetched batch, so a batch spanning much of the window (a backlog read
+// in large fetches) cannot expire keys a repeat in it should still meet.
+// Replays and restores decide the same way as the original run; timestamps
+// more than MaxFutureSkew ahead of the wall clock are clamped to the wall
+// clock so one bad producer clock cannot expire the whole window. With
+// TimeBase "processing" the clock is the wall clock, read once per Process
+// call (one fetched batch).
 //
 // # Delivery guarantees
 //

@@ -52,25 +52,30 @@ type modelRecord struct {
 	tsMs    int64
 }
 
+// at moves the model's clock forward to now and its generation with it.
+func (m *refModel) at(now int64) {
+	m.nowMs = max(m.nowMs, now)
+	if g := uint64(max(m.nowMs, 0) / m.spanMs); g > m.cur {
+		m.cur = g
+	}
+}
+
+// process decides a batch. On processing time the clock is the wall clock
+// of the batch; on record time each record is decided at its own time (a
+// future one clamped to the wall clock), the clock never going back.
 func (m *refModel) process(recs []modelRecord, wallMs int64) []Decision {
-	now := m.nowMs
 	if m.timeBase == ProcessingTime {
-		now = max(now, wallMs)
-	} else {
-		for _, r := range recs {
+		m.at(wallMs)
+	}
+	var out []Decision
+	for _, r := range recs {
+		if m.timeBase == RecordTime {
 			ts := r.tsMs
 			if ts > wallMs+m.skewMs {
 				ts = wallMs
 			}
-			now = max(now, ts)
+			m.at(ts)
 		}
-	}
-	m.nowMs = now
-	if g := uint64(max(now, 0) / m.spanMs); g > m.cur {
-		m.cur = g
-	}
-	var out []Decision
-	for _, r := range recs {
 		switch {
 		case r.bad:
 			out = append(out, Decision{Verdict: DeadLetter, Reason: partition.NotJSON.String()})

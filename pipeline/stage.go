@@ -169,27 +169,42 @@ func (s *Stage) rebuildFilter(cfg filter.Config) error {
 	return nil
 }
 
-// advance moves the stage clock for a batch and rotates generations.
+// advance moves the stage clock to the newest time of a batch and rotates
+// generations: Restore's clock, which keeps restored keys at least as long
+// as the batch's newest record.
 func (s *Stage) advance(in []Record) {
 	wall := s.clock().UnixMilli()
-	now := s.nowMs
 	if s.cfg.TimeBase == ProcessingTime {
-		now = max(now, wall)
-	} else {
-		limit := wall + s.cfg.MaxFutureSkew.Milliseconds()
-		for i := range in {
-			ts := in[i].TimestampMs
-			if ts > limit {
-				ts = wall
-			}
-			now = max(now, ts)
-		}
+		s.tick(wall)
+		return
+	}
+	for i := range in {
+		s.tick(s.recordTime(&in[i], wall))
+	}
+}
+
+// recordTime is r's time on the stage clock: its timestamp, or the wall
+// clock for a timestamp more than MaxFutureSkew ahead of it.
+func (s *Stage) recordTime(r *Record, wall int64) int64 {
+	if r.TimestampMs > wall+s.cfg.MaxFutureSkew.Milliseconds() {
+		return wall
+	}
+	return r.TimestampMs
+}
+
+// tick moves the stage clock forward to now (never back) and rotates the
+// window when that starts a new generation. It reports a rotation.
+func (s *Stage) tick(now int64) bool {
+	if now <= s.nowMs {
+		return false
 	}
 	s.nowMs = now
 	if g := s.win.gen(now); g > s.cur {
 		s.cur = g
 		s.filter.Advance(g)
+		return true
 	}
+	return false
 }
 
 // Process decides every record of in, appends one Decision per record to
@@ -201,10 +216,21 @@ func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error)
 	if s.err != nil {
 		return out, c, s.err
 	}
-	s.advance(in)
+	// On record time each record is decided at its own time, not at the
+	// newest time of its batch: a batch may span much of the window (a
+	// backlog read in large fetches), and a repeat must meet the window
+	// as it stood when it was written.
+	wall := s.clock().UnixMilli()
+	recordTime := s.cfg.TimeBase == RecordTime
+	if !recordTime {
+		s.tick(wall)
+	}
 	oldest := s.win.oldestLive(s.cur)
 	var err error
 	for i := range in {
+		if recordTime && s.tick(s.recordTime(&in[i], wall)) {
+			oldest = s.win.oldestLive(s.cur)
+		}
 		var d Decision
 		if d, err = s.decide(&in[i], oldest, &c); err != nil {
 			break

@@ -126,3 +126,44 @@ func TestDecisionsAndCounts(t *testing.T) {
 		t.Errorf("checkpoint %q, want cp-1", s.State().Checkpoint)
 	}
 }
+
+// TestWindowHoldsAcrossWideBatches: a repeat 0.8 windows after its first
+// record must be dropped even when its fetched batch reaches far beyond it
+// in record time (a backlog read in large batches). Each record is decided
+// at its own time, not at the newest time of its batch.
+func TestWindowHoldsAcrossWideBatches(t *testing.T) {
+	const windowMs = 4_000
+	base := time.UnixMilli(1_700_000_000_000)
+	s := openTestStage(t, Config{
+		Key:         []partition.Field{{Source: partition.SourceJSON, Name: "id"}},
+		Window:      windowMs * time.Millisecond,
+		Generations: 4,
+	}, func() time.Time { return base.Add(time.Hour) })
+	rec := func(id string, atMs int64) Record {
+		return Record{Record: partition.Record{Value: fmt.Appendf(nil, `{"id":%q}`, id)}, TimestampMs: base.UnixMilli() + atMs}
+	}
+	if _, _, err := s.Process([]Record{rec("K", 0)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Commit(nil); err != nil {
+		t.Fatal(err)
+	}
+	// One batch: the repeat of K at 0.8 windows, then records up to two
+	// windows later.
+	batch := []Record{rec("K", windowMs*8/10)}
+	for i := range 10 {
+		batch = append(batch, rec(fmt.Sprintf("x%d", i), windowMs+int64(i)*windowMs/10))
+	}
+	// And K again in the same batch after two windows: a new occurrence.
+	batch = append(batch, rec("K", 2*windowMs+windowMs/2))
+	out, _, err := s.Process(batch, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].Verdict != DropHistory {
+		t.Errorf("repeat of K 0.8 windows later: %v, want %v", out[0].Verdict, DropHistory)
+	}
+	if last := out[len(out)-1]; last.Verdict != Emit {
+		t.Errorf("K 2.5 windows after its first record: %v, want %v (a new window)", last.Verdict, Emit)
+	}
+}
