@@ -21,10 +21,13 @@
 //     an upstream backlog replayed hours later.
 //
 // Ranges are clipped to 85 % of the window, so every duplicate lies inside
-// the dedup window with room for a commit cycle's clock skew: a correct
-// deduplicator drops every duplicate and emits every new key exactly once.
-// Early in a stream, when a class has no key far enough back yet, the record
-// is a new key instead (Counts says how many records of each kind were made).
+// the dedup window with room for the clock skew of a batch: a deduplicator
+// judges a batch at its largest timestamp, so as long as one batch spans less
+// than 15 % of the window in record time, a correct deduplicator drops every
+// duplicate and emits every new key exactly once. Early in a stream a class
+// reaches back only as far as the stream goes, and when it cannot reach back
+// at all (Minutes and Hours in the first minute or hour) the record is a new
+// key instead; Counts says how many records of each kind were made.
 //
 // With Zipf > 1 the Minutes and Hours classes pick their key by a Zipf draw
 // over ranks, and a rank names the same key for a quarter of the class's

@@ -302,11 +302,14 @@ func (g *Generator) pick() (uint64, Class) {
 		c++
 	}
 	sp := g.spans[c]
-	if next < sp.hi {
+	if next < sp.lo {
 		// Not far enough into the stream for this class: a new key.
 		return next, New
 	}
-	if z := g.zipf[c]; z != nil {
+	if next < sp.hi {
+		// The class reaches back only as far as the stream goes.
+		sp.hi = next + 1
+	} else if z := g.zipf[c]; z != nil {
 		// Ranks name fixed keys while the anchor stays put: hot keys.
 		q := g.quantum[c]
 		anchor := next - next%q
