@@ -2,9 +2,10 @@
 GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
+BENCHOUT  ?= bench/results/latest
 FUZZTIME  ?= 30s
 
-.PHONY: build test demo bench fuzz lint fmt
+.PHONY: build test demo bench bench-full bench-go fuzz lint fmt
 
 ## build: compile every package and the dedupstream binary into bin/
 build:
@@ -20,8 +21,16 @@ test:
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 
-## bench: the engine benchmarks with allocation counts (set BENCH=regexp to narrow)
+## bench: the harness, quick profile (a few minutes): engine, window sweep and end to end, next to the copy job, Redis SET NX and the map ceiling on the same stream
 bench:
+	$(GO) run ./bench/cmd/dsbench -profile quick -out $(BENCHOUT) $(BENCHFLAGS)
+
+## bench-full: the published figures of docs/benchmarks.md: 1M/10M/100M keys in the window (~20 minutes)
+bench-full:
+	$(GO) run ./bench/cmd/dsbench -profile full -out $(BENCHOUT) $(BENCHFLAGS)
+
+## bench-go: the Go benchmarks next to the code, with allocation counts (set BENCH=regexp to narrow)
+bench-go:
 	$(GO) test -run '^$$' -bench '$(or $(BENCH),.)' -benchmem -benchtime $(BENCHTIME) -timeout 60m $(PKGS)
 
 ## fuzz: every fuzz target of every package for FUZZTIME each (default 30s)

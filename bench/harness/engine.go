@@ -11,6 +11,7 @@ import (
 	"github.com/dedupstream/dedupstream/bench/workload"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
+	"github.com/dedupstream/dedupstream/statestore"
 )
 
 // engineBatch is the records per Process and Commit of the engine cases:
@@ -28,6 +29,9 @@ type EngineCase struct {
 	Restart bool
 	// Dir is where the state directory is made (os.TempDir when empty).
 	Dir string
+	// NoWAL runs the stage with the store's WAL off (statestore
+	// Options.DisableWAL), reported as system SysDedupNoWAL.
+	NoWAL bool
 }
 
 func (c EngineCase) name() string {
@@ -65,7 +69,12 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 	defer os.RemoveAll(dir)
 	mem := startMemProbe()
 	cfg := pipeline.Config{Window: spec.Window, ExpectedKeys: uint(spec.KeysPerWindow)}
-	st, err := pipeline.Open(dir, cfg, pipeline.Options{})
+	opts := pipeline.Options{Store: statestore.Options{DisableWAL: c.NoWAL}}
+	sys := SysDedup
+	if c.NoWAL {
+		sys = SysDedupNoWAL
+	}
+	st, err := pipeline.Open(dir, cfg, opts)
 	if err != nil {
 		return Result{}, err
 	}
@@ -96,7 +105,7 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 			}
 		}
 	}
-	name := c.name() + " " + SysDedup
+	name := c.name() + " " + sys
 	if err := prefill(g, p, name, func(in []workload.Record) error {
 		_, err := process(in)
 		record(in)
@@ -129,7 +138,7 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 	after := g.Counts()
 	base, peak := mem.peak()
 	res := Result{
-		Case: c.Case, System: SysDedup, Workload: spec, KeysInWindow: spec.KeysPerWindow,
+		Case: c.Case, System: sys, Workload: spec, KeysInWindow: spec.KeysPerWindow,
 		Records:       uint64(done),
 		DupRatio:      float64(after.Duplicates()-before.Duplicates()) / float64(done),
 		Seconds:       busy.Seconds(),
@@ -148,13 +157,14 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		res.BloomFPRate = float64(total.FalsePositives) / float64(n)
 	}
 	res.StoreReadsPerRecord = float64(total.StoreReads) / float64(total.In)
+	res.DiskBytesPerKey = float64(dirBytes(dir)) / keys
 	if c.Restart {
 		p.Say("%s: restart-to-ready", name)
-		snap, rebuild, err := measureRestart(&st, dir, cfg)
+		t, err := measureRestart(&st, dir, cfg, opts)
 		if err != nil {
 			return res, err
 		}
-		res.ReadySnapshotSec, res.ReadyRebuildSec = snap.Seconds(), rebuild.Seconds()
+		res.ReadyCrashSec, res.ReadyRebuildSec, res.ReadySnapshotSec = t.crash.Seconds(), t.rebuild.Seconds(), t.clean.Seconds()
 	}
 	if st != nil {
 		if err := st.Close(); err != nil {
@@ -162,7 +172,6 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		}
 		st = nil
 	}
-	res.DiskBytesPerKey = float64(dirBytes(dir)) / keys
 	res.Correct = chk.Result(after)
 	res.Valid = res.Correct.OK()
 	return res, nil
@@ -174,10 +183,20 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 // into a second snapshot measurement.
 const snapshotFile = "bloom.snapshot"
 
-// measureRestart closes the full stage and times Open twice: with the
-// snapshot removed as after a crash, when Open rebuilds the filter by
-// scanning the store, and then with the Bloom snapshot of a clean Close.
-func measureRestart(st **pipeline.Stage, dir string, cfg pipeline.Config) (snap, rebuild time.Duration, err error) {
+// restartTimes are the Open times of a full stage.
+type restartTimes struct {
+	crash   time.Duration // no snapshot, the running stage's WAL to replay: kill -9
+	rebuild time.Duration // no snapshot, the WAL already replayed: the filter rebuild alone
+	clean   time.Duration // the Bloom snapshot of a clean Close
+}
+
+// measureRestart closes the full stage and times Open three times. First as
+// after kill -9: the snapshot removed, so Open replays the running stage's
+// WAL (the store keeps its WAL on, and Close flushes nothing then) and
+// rebuilds the filter by scanning the store. Then the same again, with the
+// WAL already replayed: the rebuild alone. Last after a clean Close, from
+// the Bloom snapshot.
+func measureRestart(st **pipeline.Stage, dir string, cfg pipeline.Config, opts pipeline.Options) (t restartTimes, err error) {
 	reopen := func(crash bool) (time.Duration, error) {
 		if err := (*st).Close(); err != nil {
 			return 0, err
@@ -191,21 +210,20 @@ func measureRestart(st **pipeline.Stage, dir string, cfg pipeline.Config) (snap,
 			return 0, fmt.Errorf("no Bloom snapshot after a clean close: %w", err)
 		}
 		t0 := time.Now()
-		s, err := pipeline.Open(dir, cfg, pipeline.Options{})
+		s, err := pipeline.Open(dir, cfg, opts)
 		if err != nil {
 			return 0, err
 		}
 		*st = s
 		return time.Since(t0), nil
 	}
-	// The crash first: it replays the WAL of the running stage (the store
-	// keeps its WAL on, so a clean Close leaves the memtable in it too) and
-	// rebuilds the filter, as a restart after kill -9 does. The clean restart
-	// after it loads the snapshot with little WAL left to replay.
-	if rebuild, err = reopen(true); err != nil {
+	if t.crash, err = reopen(true); err != nil {
 		return
 	}
-	snap, err = reopen(false)
+	if t.rebuild, err = reopen(true); err != nil {
+		return
+	}
+	t.clean, err = reopen(false)
 	return
 }
 

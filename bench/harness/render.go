@@ -24,7 +24,7 @@ func WriteMarkdown(w io.Writer, run *Run, rows []Row) {
 			fmt.Fprintln(w, "| system | keys in window | dup (measured) | records | records/s (median, min-max) | vs copy job | store reads/record | Bloom FP rate | disk B/key | escaped | lost | valid |")
 			fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 		default:
-			fmt.Fprintln(w, "| system | keys in window | dup (measured) | zipf | timed records | records/s (median, min-max) | vs map ceiling | vs Redis | latency p50 / p99 | RSS peak | mem B/key (beyond Bloom) | disk B/key | Bloom B/key | Bloom FP rate (est.) | store reads/record | ready: snapshot / rebuild | escaped | lost | valid |")
+			fmt.Fprintln(w, "| system | keys in window | dup (measured) | zipf | timed records | records/s (median, min-max) | vs map ceiling | vs Redis | latency p50 / p99 | RSS peak | mem B/key (beyond Bloom) | disk B/key | Bloom B/key | Bloom FP rate (est.) | store reads/record | ready: crash / rebuild / snapshot | escaped | lost | valid |")
 			fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		}
 		for _, r := range rows {
@@ -74,7 +74,7 @@ func WriteMarkdown(w io.Writer, run *Run, rows []Row) {
 			}
 			ready := "-"
 			if f.ReadySnapshotSec > 0 {
-				ready = fmt.Sprintf("%.2fs / %.2fs", f.ReadySnapshotSec, f.ReadyRebuildSec)
+				ready = fmt.Sprintf("%.2fs / %.2fs / %.2fs", f.ReadyCrashSec, f.ReadyRebuildSec, f.ReadySnapshotSec)
 			}
 			fp := "-"
 			if r.System == SysDedup {

@@ -13,9 +13,12 @@ import (
 // baselines on the same stream.
 const (
 	SysDedup = "dedupstream"
-	SysMap   = "map-ceiling"
-	SysRedis = "redis-setnx"
-	SysCopy  = "copy-job"
+	// SysDedupNoWAL is the stage with the store's WAL off: a crash then
+	// loses the memtable and the job restores it from the output topic.
+	SysDedupNoWAL = "dedupstream-nowal"
+	SysMap        = "map-ceiling"
+	SysRedis      = "redis-setnx"
+	SysCopy       = "copy-job"
 )
 
 // Cases.
@@ -70,7 +73,9 @@ type Result struct {
 	RSSPeakBytes         uint64  `json:"rss_peak_bytes,omitempty"`
 	MemBytesPerKey       float64 `json:"mem_bytes_per_key,omitempty"`
 	MemBeyondBloomPerKey float64 `json:"mem_beyond_bloom_bytes_per_key,omitempty"`
-	// DiskBytesPerKey is the state directory's size per key in the window.
+	// DiskBytesPerKey is the state directory's size per key in the window
+	// at the end of the timed part, the stage still open: sstables, WAL and
+	// files not yet deleted, what a running job occupies.
 	DiskBytesPerKey float64 `json:"disk_bytes_per_key,omitempty"`
 	// BloomBytesPerKey is the Bloom front's memory per key of a full
 	// window; BloomFPRate the measured share of new keys it called "maybe"
@@ -80,11 +85,12 @@ type Result struct {
 	BloomFPRate         float64 `json:"bloom_fp_rate"`
 	BloomFPRateEst      float64 `json:"bloom_fp_rate_est,omitempty"`
 	StoreReadsPerRecord float64 `json:"store_reads_per_record,omitempty"`
-	// Restart-to-ready: Open of the full stage from the Bloom snapshot a
-	// clean Close wrote, and without it (after a crash) by rebuilding the
-	// filter from the store.
-	ReadySnapshotSec float64 `json:"ready_snapshot_s,omitempty"`
+	// Restart-to-ready, Open of the full stage: after kill -9 (WAL replay
+	// and a filter rebuild by scanning the store), the rebuild alone (WAL
+	// already replayed), and from the Bloom snapshot of a clean Close.
+	ReadyCrashSec    float64 `json:"ready_crash_s,omitempty"`
 	ReadyRebuildSec  float64 `json:"ready_rebuild_s,omitempty"`
+	ReadySnapshotSec float64 `json:"ready_snapshot_s,omitempty"`
 	// Correctness against the ground truth of the stream. A result with
 	// anything escaped, lost or foreign is not Valid.
 	Correct workload.Verdict `json:"correctness"`

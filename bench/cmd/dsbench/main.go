@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -72,6 +73,7 @@ func run(args []string) int {
 	mapMax := fs.String("map-max-keys", "", "run the map ceiling only up to this many keys")
 	redisMax := fs.String("redis-max-keys", "", "run the Redis baseline only up to this many keys")
 	noRedis := fs.Bool("no-redis", false, "skip the Redis baseline")
+	noWAL := fs.Bool("nowal", false, "engine: also run the stage with the store's WAL off")
 	e2eRecords := countVar(fs, "e2e-records", "e2e: records produced to the raw topics")
 	reps := fs.Int("reps", 0, "e2e: runs of each job (medians are reported)")
 	partitions := fs.Int("partitions", 0, "e2e: partitions of the raw and output topics")
@@ -86,6 +88,7 @@ func run(args []string) int {
 	seed := fs.Uint64("seed", 1, "workload seed")
 	out := fs.String("out", "bench/results/latest", "output directory")
 	dir := fs.String("dir", "", "parent of state directories (default the system temp dir)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -138,6 +141,19 @@ func run(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dsbench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "dsbench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 
 	prog := harness.NewProgress(os.Stderr, 2*time.Second)
 	runInfo := &harness.Run{Started: time.Now().UTC().Format(time.RFC3339), Command: "dsbench " + strings.Join(args, " "),
@@ -191,6 +207,13 @@ func run(args []string) int {
 	engineSet := func(c harness.EngineCase, withMap, withRedis bool) error {
 		if err := add(harness.RunStage(c, prog)); err != nil {
 			return err
+		}
+		if *noWAL && c.Case == harness.CaseEngine {
+			nc := c
+			nc.NoWAL = true
+			if err := add(harness.RunStage(nc, prog)); err != nil {
+				return err
+			}
 		}
 		if withMap {
 			if err := add(harness.RunMap(c, prog)); err != nil {
