@@ -107,7 +107,7 @@ func Targets(rows []Row) []Target {
 		}
 		if d, ok := find(rows, r.Case, SysDedup, r.Keys, r.Dup, r.Zipf); ok {
 			ratio := d.RecordsPerSec / r.RecordsPerSec
-			t.Measured += fmt.Sprintf("engine %s keys dup %g%%: %.1fx; ", count(uint64(r.Keys)), r.Dup*100, ratio)
+			t.Measured += fmt.Sprintf("%s %s keys dup %g%%: %.1fx; ", r.Case, count(uint64(r.Keys)), r.Dup*100, ratio)
 			t.Met = t.Met && ratio >= 10
 			t.Known = true
 		}

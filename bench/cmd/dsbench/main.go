@@ -17,6 +17,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -89,6 +90,7 @@ func run(args []string) int {
 	out := fs.String("out", "bench/results/latest", "output directory")
 	dir := fs.String("dir", "", "parent of state directories (default the system temp dir)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	render := fs.String("render", "", "measure nothing: merge these results.json files (comma list) and write the JSON, tables and plot into -out")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -138,6 +140,9 @@ func run(args []string) int {
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "dsbench:", err)
 		return 1
+	}
+	if *render != "" {
+		return renderRuns(strings.Split(*render, ","), *out)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -289,6 +294,47 @@ func run(args []string) int {
 			return 1
 		}
 	}
+	return 0
+}
+
+// renderRuns merges the results of earlier runs into one report. The
+// merged run's Started and Command list every source run.
+func renderRuns(paths []string, out string) int {
+	merged := &harness.Run{}
+	for i, path := range paths {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dsbench:", err)
+			return 1
+		}
+		var r harness.Run
+		if err := json.Unmarshal(b, &r); err != nil {
+			fmt.Fprintf(os.Stderr, "dsbench: %s: %v\n", path, err)
+			return 1
+		}
+		if i > 0 {
+			merged.Started += "; "
+			merged.Command += "; "
+		}
+		merged.Started += r.Started
+		merged.Command += r.Command
+		merged.Host = r.Host
+		merged.Results = append(merged.Results, r.Results...)
+	}
+	if err := merged.WriteJSON(filepath.Join(out, "results.json")); err != nil {
+		fmt.Fprintln(os.Stderr, "dsbench:", err)
+		return 1
+	}
+	rows := harness.Summarise(merged.Results)
+	var md, svg strings.Builder
+	harness.WriteMarkdown(&md, merged, rows)
+	harness.WriteSVG(&svg, harness.Plots(rows))
+	if err := errors.Join(os.WriteFile(filepath.Join(out, "results.md"), []byte(md.String()), 0o644),
+		os.WriteFile(filepath.Join(out, "throughput.svg"), []byte(svg.String()), 0o644)); err != nil {
+		fmt.Fprintln(os.Stderr, "dsbench:", err)
+		return 1
+	}
+	os.Stdout.WriteString(md.String())
 	return 0
 }
 
