@@ -1,10 +1,11 @@
 package harness
 
 import (
-	"errors"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"time"
 
 	"github.com/dedupstream/dedupstream/bench/resp"
@@ -32,6 +33,17 @@ type EngineCase struct {
 	// NoWAL runs the stage with the store's WAL off (statestore
 	// Options.DisableWAL), reported as system SysDedupNoWAL.
 	NoWAL bool
+	// Ctx stops the case between two batches when it ends. The default
+	// value never ends.
+	Ctx context.Context
+}
+
+// stopped reports the case's context error, if any.
+func (c EngineCase) stopped() error {
+	if c.Ctx == nil {
+		return nil
+	}
+	return c.Ctx.Err()
 }
 
 func (c EngineCase) name() string {
@@ -40,7 +52,7 @@ func (c EngineCase) name() string {
 
 // prefill runs fresh keys through fn until the window holds
 // Spec.KeysPerWindow keys.
-func prefill(g *workload.Generator, p *Progress, what string, fn func([]workload.Record) error) error {
+func prefill(c EngineCase, g *workload.Generator, p *Progress, what string, fn func([]workload.Record) error) error {
 	g.SetDupRatio(0)
 	defer g.SetDupRatio(g.Spec().DupRatio)
 	keys := uint64(g.Spec().KeysPerWindow)
@@ -48,6 +60,9 @@ func prefill(g *workload.Generator, p *Progress, what string, fn func([]workload
 	for g.Counts().New < keys {
 		recs := g.Fill(int(min(engineBatch, keys-g.Counts().New)))
 		if err := fn(recs); err != nil {
+			return err
+		}
+		if err := c.stopped(); err != nil {
 			return err
 		}
 		p.Tick("%s: pre-filled %s of %s keys (%s keys/s)", what, count(g.Counts().New), count(keys), rate(g.Counts().New, time.Since(start)))
@@ -106,7 +121,7 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		}
 	}
 	name := c.name() + " " + sys
-	if err := prefill(g, p, name, func(in []workload.Record) error {
+	if err := prefill(c, g, p, name, func(in []workload.Record) error {
 		_, err := process(in)
 		record(in)
 		return err
@@ -133,11 +148,17 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		total.Add(cnt)
 		record(in)
 		done += len(in)
+		if err := c.stopped(); err != nil {
+			return Result{}, err
+		}
 		p.Tick("%s: %s of %s records, %s records/s", name, count(uint64(done)), count(uint64(c.Records)), rate(uint64(done), busy))
 	}
 	after := g.Counts()
 	base, peak := mem.peak()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
 	res := Result{
+		GoHeapSysBytes: ms.HeapSys, GoHeapAllocBytes: ms.HeapAlloc,
 		Case: c.Case, System: sys, Workload: spec, KeysInWindow: spec.KeysPerWindow,
 		Records:       uint64(done),
 		DupRatio:      float64(after.Duplicates()-before.Duplicates()) / float64(done),
@@ -239,7 +260,7 @@ func RunMap(c EngineCase, p *Progress) (Result, error) {
 	seen := make(map[partition.Hash]struct{}, spec.KeysPerWindow+c.Records)
 	chk := workload.NewChecker(uint64(spec.KeysPerWindow) + uint64(c.Records))
 	name := c.name() + " " + SysMap
-	if err := prefill(g, p, name, func(in []workload.Record) error {
+	if err := prefill(c, g, p, name, func(in []workload.Record) error {
 		for i := range in {
 			seen[partition.HashKey(in[i].Key)] = struct{}{}
 			chk.Emit(in[i].ID)
@@ -270,6 +291,9 @@ func RunMap(c EngineCase, p *Progress) (Result, error) {
 			}
 		}
 		done += len(in)
+		if err := c.stopped(); err != nil {
+			return Result{}, err
+		}
 		p.Tick("%s: %s of %s records", name, count(uint64(done)), count(uint64(c.Records)))
 	}
 	after := g.Counts()
@@ -318,7 +342,7 @@ func RunRedis(c EngineCase, addr string, p *Progress) (Result, error) {
 	name := c.name() + " " + SysRedis
 	keys := make([][]byte, 0, engineBatch)
 	var set []bool
-	if err := prefill(g, p, name, func(in []workload.Record) error {
+	if err := prefill(c, g, p, name, func(in []workload.Record) error {
 		keys = keys[:0]
 		for i := range in {
 			keys = append(keys, in[i].Key)
@@ -366,6 +390,9 @@ func RunRedis(c EngineCase, addr string, p *Progress) (Result, error) {
 			}
 		}
 		done += len(in)
+		if err := c.stopped(); err != nil {
+			return Result{}, err
+		}
 		p.Tick("%s: %s of %s records, %s records/s", name, count(uint64(done)), count(uint64(c.Records)), rate(uint64(done), busy))
 	}
 	after := g.Counts()
@@ -383,6 +410,3 @@ func RunRedis(c EngineCase, addr string, p *Progress) (Result, error) {
 	res.Valid = res.Correct.OK()
 	return res, nil
 }
-
-// errSkipped marks a case that could not run here (no redis-server).
-var errSkipped = errors.New("skipped")

@@ -73,6 +73,12 @@ type Result struct {
 	RSSPeakBytes         uint64  `json:"rss_peak_bytes,omitempty"`
 	MemBytesPerKey       float64 `json:"mem_bytes_per_key,omitempty"`
 	MemBeyondBloomPerKey float64 `json:"mem_beyond_bloom_bytes_per_key,omitempty"`
+	// GoHeapSysBytes is the Go heap's memory from the OS and
+	// GoHeapAllocBytes its live-and-not-yet-collected part at the end of
+	// the timed records: the Bloom front lives in the Go heap, Pebble's
+	// memtables and block cache outside it.
+	GoHeapSysBytes   uint64 `json:"go_heap_sys_bytes,omitempty"`
+	GoHeapAllocBytes uint64 `json:"go_heap_alloc_bytes,omitempty"`
 	// DiskBytesPerKey is the state directory's size per key in the window
 	// at the end of the timed part, the stage still open: sstables, WAL and
 	// files not yet deleted, what a running job occupies.

@@ -243,14 +243,14 @@ func run(args []string) int {
 		switch mode {
 		case "engine":
 			for _, d := range dupList {
-				c := harness.EngineCase{Case: harness.CaseEngine, Spec: spec(engineKeys, d), Records: or(*records, p.records), Dir: *dir}
+				c := harness.EngineCase{Case: harness.CaseEngine, Spec: spec(engineKeys, d), Records: or(*records, p.records), Dir: *dir, Ctx: ctx}
 				if err := engineSet(c, engineKeys <= mapMaxKeys, engineKeys <= redisMaxKeys); err != nil {
 					return fail(err)
 				}
 			}
 		case "sweep":
 			for _, k := range sweepKeys {
-				c := harness.EngineCase{Case: harness.CaseSweep, Spec: spec(k, *sweepDup), Records: or(*sweepRecords, p.sweepRecords), Restart: true, Dir: *dir}
+				c := harness.EngineCase{Case: harness.CaseSweep, Spec: spec(k, *sweepDup), Records: or(*sweepRecords, p.sweepRecords), Restart: true, Dir: *dir, Ctx: ctx}
 				if err := engineSet(c, k <= mapMaxKeys, k <= redisMaxKeys); err != nil {
 					return fail(err)
 				}
