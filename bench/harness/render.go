@@ -154,9 +154,9 @@ func Plots(rows []Row) []Panel {
 			break
 		}
 	}
-	win := Panel{Title: fmt.Sprintf("records/s vs window size (dup %g%%)", sweepDup*100), XLabel: "keys in the window", YLabel: "records/s", LogX: true,
+	win := Panel{Title: fmt.Sprintf("records/s vs window size (dup %g%%)", sweepDup*100), XLabel: "keys in the window", YLabel: "records/s (log scale)", LogX: true,
 		XFormat: func(x float64) string { return count(uint64(x)) }}
-	dup := Panel{Title: "records/s vs duplicate ratio", XLabel: "duplicate ratio", YLabel: "records/s",
+	dup := Panel{Title: "records/s vs duplicate ratio", XLabel: "duplicate ratio", YLabel: "records/s (log scale)",
 		XFormat: func(x float64) string { return fmt.Sprintf("%g%%", math.Round(x*1000)/10) }}
 	dupKeys := 0
 	for _, r := range rows {
@@ -171,15 +171,18 @@ func Plots(rows []Row) []Panel {
 	for _, sys := range systems {
 		ws := Series{Name: sys, Color: colors[sys]}
 		ds := Series{Name: sys, Color: colors[sys]}
-		for _, r := range rows {
-			if r.System != sys || r.Zipf != 0 {
-				continue
-			}
-			if (r.Case == CaseSweep || r.Case == CaseEngine) && r.Dup == sweepDup && !slices.ContainsFunc(ws.Points, func(p [2]float64) bool { return p[0] == float64(r.Keys) }) {
-				ws.Points = append(ws.Points, [2]float64{float64(r.Keys), r.RecordsPerSec})
-			}
-			if r.Case == CaseEngine && r.Keys == dupKeys {
-				ds.Points = append(ds.Points, [2]float64{r.Dup, r.RecordsPerSec})
+		// Sweep points first; an engine point only where the sweep has none.
+		for _, cs := range []string{CaseSweep, CaseEngine} {
+			for _, r := range rows {
+				if r.System != sys || r.Zipf != 0 || r.Case != cs {
+					continue
+				}
+				if r.Dup == sweepDup && !slices.ContainsFunc(ws.Points, func(p [2]float64) bool { return p[0] == float64(r.Keys) }) {
+					ws.Points = append(ws.Points, [2]float64{float64(r.Keys), r.RecordsPerSec})
+				}
+				if cs == CaseEngine && r.Keys == dupKeys {
+					ds.Points = append(ds.Points, [2]float64{r.Dup, r.RecordsPerSec})
+				}
 			}
 		}
 		slices.SortFunc(ws.Points, func(a, b [2]float64) int { return int(math.Copysign(1, a[0]-b[0])) })
@@ -195,7 +198,7 @@ func Plots(rows []Row) []Panel {
 }
 
 // WriteSVG draws panels side by side: lines with markers, a log or linear x
-// axis, a linear y axis from 0, gridlines and a legend.
+// axis, a log y axis, gridlines and a legend.
 func WriteSVG(w io.Writer, panels []Panel) {
 	const pw, ph = 520, 360
 	const ml, mr, mt, mb = 78, 20, 40, 70
@@ -227,14 +230,28 @@ func WriteSVG(w io.Writer, panels []Panel) {
 		}
 		pad := (xmax - xmin) * 0.05
 		xmin, xmax = xmin-pad, xmax+pad
-		ymax := niceCeil(slices.Max(ys) * 1.1)
+		// A log y axis: ratios between systems read as equal distances.
+		lo := math.Floor(math.Log10(slices.Min(ys)))
+		hi := math.Ceil(math.Log10(slices.Max(ys)))
+		if hi == lo {
+			hi++
+		}
 		px := func(v float64) float64 { return x0 + (fx(v)-xmin)/(xmax-xmin)*(x1-x0) }
-		py := func(v float64) float64 { return y0 - v/ymax*(y0-y1) }
-		// Grid and y ticks.
-		for k := 0; k <= 5; k++ {
-			v := ymax * float64(k) / 5
-			fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x0, py(v), x1, py(v))
-			fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-6, py(v)+4, count(uint64(v)))
+		py := func(v float64) float64 { return y0 - (math.Log10(v)-lo)/(hi-lo)*(y0-y1) }
+		// Grid and y ticks at 1, 2 and 5 times powers of ten.
+		for e := lo; e <= hi; e++ {
+			for _, m := range []float64{1, 2, 5} {
+				v := m * math.Pow(10, e)
+				if v > math.Pow(10, hi) {
+					break
+				}
+				stroke := "#eee"
+				if m == 1 {
+					stroke = "#ccc"
+				}
+				fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x0, py(v), x1, py(v), stroke)
+				fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", x0-6, py(v)+4, count(uint64(v)))
+			}
 		}
 		// x ticks at the data points.
 		var ticks []float64
@@ -266,20 +283,6 @@ func WriteSVG(w io.Writer, panels []Panel) {
 		}
 	}
 	fmt.Fprintln(w, "</svg>")
-}
-
-// niceCeil rounds v up to 1, 2 or 5 times a power of ten.
-func niceCeil(v float64) float64 {
-	if v <= 0 {
-		return 1
-	}
-	p := math.Pow(10, math.Floor(math.Log10(v)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if v <= m*p {
-			return m * p
-		}
-	}
-	return 10 * p
 }
 
 func esc(s string) string {
