@@ -74,7 +74,7 @@ func WriteMarkdown(w io.Writer, run *Run, rows []Row) {
 			}
 			ready := "-"
 			if f.ReadySnapshotSec > 0 {
-				ready = fmt.Sprintf("%.2fs / %.2fs / %.2fs", f.ReadyCrashSec, f.ReadyRebuildSec, f.ReadySnapshotSec)
+				ready = fmt.Sprintf("%.2fs / %s / %.2fs", f.ReadyCrashSec, num(f.ReadyRebuildSec, "%.2fs"), f.ReadySnapshotSec)
 			}
 			fp := "-"
 			if r.System == SysDedup {
