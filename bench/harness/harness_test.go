@@ -2,6 +2,7 @@ package harness
 
 import (
 	"bytes"
+	"context"
 	"encoding/xml"
 	"io"
 	"strings"
@@ -135,5 +136,46 @@ func TestSVGIsWellFormed(t *testing.T) {
 	}
 	if circles != 4 {
 		t.Fatalf("%d points drawn, want 4", circles)
+	}
+}
+
+// TestEndToEndOnTheEmbeddedBroker runs the copy job and the real job on a
+// small stream with duplicates over two raw topics: both must be valid, the
+// job must drop exactly the duplicates and the copy job copy everything.
+func TestEndToEndOnTheEmbeddedBroker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a broker and the job")
+	}
+	c := E2ECase{
+		Spec:     workload.Spec{Seed: 5, KeysPerWindow: 80_000, DupRatio: 0.2, Partitions: 3, Topics: 2, PayloadBytes: 40},
+		Records:  20_000,
+		Reps:     1,
+		Interval: 50 * time.Millisecond, MaxRecords: 5_000, Replication: 1, Dir: t.TempDir(),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rs, err := RunE2E(ctx, c, quiet())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) != 2 {
+		t.Fatalf("%d results, want 2", len(rs))
+	}
+	for _, r := range rs {
+		if !r.Valid || r.Case != CaseE2EEmbedded || r.Records != 20_000 || r.RecordsPerSec <= 0 {
+			t.Errorf("%s: %+v", r.System, r)
+		}
+		switch r.System {
+		case SysCopy:
+			if r.Correct.Emitted != 20_000 {
+				t.Errorf("copy job wrote %d records, want 20000", r.Correct.Emitted)
+			}
+		case SysDedup:
+			if want := uint64(float64(20_000) * (1 - r.DupRatio)); r.Correct.Emitted != r.Correct.Expected || r.Correct.Expected+1 < want || r.Correct.Expected > want+1 {
+				t.Errorf("job emitted %d of %d expected (dup ratio %.3f)", r.Correct.Emitted, r.Correct.Expected, r.DupRatio)
+			}
+		default:
+			t.Errorf("unexpected system %q", r.System)
+		}
 	}
 }
