@@ -185,6 +185,7 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		if err != nil {
 			return res, err
 		}
+		res.CloseSec = t.close.Seconds()
 		res.ReadyCrashSec, res.ReadyRebuildSec, res.ReadySnapshotSec = t.crash.Seconds(), t.rebuild.Seconds(), t.clean.Seconds()
 	}
 	if st != nil {
@@ -206,6 +207,7 @@ const snapshotFile = "bloom.snapshot"
 
 // restartTimes are the Open times of a full stage.
 type restartTimes struct {
+	close   time.Duration // Close of the running stage: what a graceful shutdown adds
 	crash   time.Duration // no snapshot, the running stage's WAL to replay: kill -9
 	rebuild time.Duration // no snapshot, the WAL already replayed: the filter rebuild alone
 	clean   time.Duration // the Bloom snapshot of a clean Close
@@ -218,9 +220,14 @@ type restartTimes struct {
 // WAL already replayed: the rebuild alone. Last after a clean Close, from
 // the Bloom snapshot.
 func measureRestart(st **pipeline.Stage, dir string, cfg pipeline.Config, opts pipeline.Options) (t restartTimes, err error) {
+	first := true
 	reopen := func(crash bool) (time.Duration, error) {
+		t0 := time.Now()
 		if err := (*st).Close(); err != nil {
 			return 0, err
+		}
+		if first {
+			t.close, first = time.Since(t0), false
 		}
 		*st = nil
 		if crash {
@@ -230,7 +237,7 @@ func measureRestart(st **pipeline.Stage, dir string, cfg pipeline.Config, opts p
 		} else if _, err := os.Stat(filepath.Join(dir, snapshotFile)); err != nil {
 			return 0, fmt.Errorf("no Bloom snapshot after a clean close: %w", err)
 		}
-		t0 := time.Now()
+		t0 = time.Now()
 		s, err := pipeline.Open(dir, cfg, opts)
 		if err != nil {
 			return 0, err

@@ -94,7 +94,10 @@ type Result struct {
 	// Restart-to-ready, Open of the full stage: after kill -9 (WAL replay
 	// and a filter rebuild by scanning the store), the rebuild alone (WAL
 	// already replayed), and from the Bloom snapshot of a clean Close.
-	ReadyCrashSec    float64 `json:"ready_crash_s,omitempty"`
+	ReadyCrashSec float64 `json:"ready_crash_s,omitempty"`
+	// CloseSec is the Close of the running full stage (Bloom snapshot
+	// written, store closed): what a graceful shutdown costs.
+	CloseSec         float64 `json:"close_s,omitempty"`
 	ReadyRebuildSec  float64 `json:"ready_rebuild_s,omitempty"`
 	ReadySnapshotSec float64 `json:"ready_snapshot_s,omitempty"`
 	// Correctness against the ground truth of the stream. A result with
