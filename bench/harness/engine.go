@@ -209,16 +209,16 @@ const snapshotFile = "bloom.snapshot"
 type restartTimes struct {
 	close   time.Duration // Close of the running stage: what a graceful shutdown adds
 	crash   time.Duration // no snapshot, the running stage's WAL to replay: kill -9
-	rebuild time.Duration // no snapshot, the WAL already replayed: the filter rebuild alone
+	rebuild time.Duration // the same once more, right after: the store no longer fresh from ingest
 	clean   time.Duration // the Bloom snapshot of a clean Close
 }
 
 // measureRestart closes the full stage and times Open three times. First as
 // after kill -9: the snapshot removed, so Open replays the running stage's
 // WAL (the store keeps its WAL on, and Close flushes nothing then) and
-// rebuilds the filter by scanning the store. Then the same again, with the
-// WAL already replayed: the rebuild alone. Last after a clean Close, from
-// the Bloom snapshot.
+// rebuilds the filter by scanning the store as ingest left it. Then the same
+// again right after, on a store that had time to compact. Last after a
+// clean Close, from the Bloom snapshot.
 func measureRestart(st **pipeline.Stage, dir string, cfg pipeline.Config, opts pipeline.Options) (t restartTimes, err error) {
 	first := true
 	reopen := func(crash bool) (time.Duration, error) {

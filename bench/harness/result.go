@@ -92,8 +92,8 @@ type Result struct {
 	BloomFPRateEst      float64 `json:"bloom_fp_rate_est,omitempty"`
 	StoreReadsPerRecord float64 `json:"store_reads_per_record,omitempty"`
 	// Restart-to-ready, Open of the full stage: after kill -9 (WAL replay
-	// and a filter rebuild by scanning the store), the rebuild alone (WAL
-	// already replayed), and from the Bloom snapshot of a clean Close.
+	// and a filter rebuild by scanning the store as ingest left it), the same
+	// again right after, and from the Bloom snapshot of a clean Close.
 	ReadyCrashSec float64 `json:"ready_crash_s,omitempty"`
 	// CloseSec is the Close of the running full stage (Bloom snapshot
 	// written, store closed): what a graceful shutdown costs.

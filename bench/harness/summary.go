@@ -155,7 +155,7 @@ func Targets(rows []Row) []Target {
 			f := r.First
 			t.Measured = fmt.Sprintf("after kill -9 (WAL replay + filter rebuild) %.2fs, ", f.ReadyCrashSec)
 			if f.ReadyRebuildSec > 0 {
-				t.Measured += fmt.Sprintf("filter rebuild alone %.2fs, ", f.ReadyRebuildSec)
+				t.Measured += fmt.Sprintf("the same rebuild again right after %.2fs, ", f.ReadyRebuildSec)
 			}
 			t.Measured += fmt.Sprintf("from the Bloom snapshot %.2fs", f.ReadySnapshotSec)
 			t.Met, t.Known = f.ReadyCrashSec <= 5 && f.ReadySnapshotSec <= 5, true
