@@ -2,12 +2,13 @@
 GO        ?= go
 PKGS      ?= ./...
 BENCHTIME ?= 1s
+BENCHOUT  ?= bench/results/latest
 FUZZTIME  ?= 30s
 
 CHAOS     ?= full
 KAFKA     := testenv/kafka.sh
 
-.PHONY: build test demo bench fuzz lint fmt kafka-up kafka-down test-kafka chaos
+.PHONY: build test demo bench bench-full bench-go fuzz lint fmt kafka-up kafka-down test-kafka chaos
 
 ## build: compile every package and the dedupstream binary into bin/
 build:
@@ -23,26 +24,16 @@ test:
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 
-## kafka-up: a 3-broker Apache Kafka cluster on loopback (jars from Maven on first use)
-kafka-up:
-	$(KAFKA) start 3
-
-## kafka-down: stop the cluster
-kafka-down:
-	$(KAFKA) stop
-
-## test-kafka: the broker-facing tests against the running cluster (make kafka-up first)
-test-kafka:
-	$(KAFKA) ready
-	KAFKA_BROKERS=$$($(KAFKA) brokers) $(GO) test -count=1 -timeout 30m ./fetch ./sink ./job ./cmd/dedupstream
-
-## chaos: the fault suite against the running 3-broker cluster; CHAOS=short|full, CHAOS_SEED replays, CHAOS_RUN narrows
-chaos:
-	$(KAFKA) ready
-	KAFKA_BROKERS=$$($(KAFKA) brokers) CHAOS=$(CHAOS) $(GO) test -count=1 -v -timeout 60m -run '$(or $(CHAOS_RUN),.)' ./chaos
-
-## bench: the engine benchmarks with allocation counts (set BENCH=regexp to narrow)
+## bench: the harness, quick profile (a few minutes): engine, window sweep and end to end, next to the copy job, Redis SET NX and the map ceiling on the same stream
 bench:
+	$(GO) run ./bench/cmd/dsbench -profile quick -out $(BENCHOUT) $(BENCHFLAGS)
+
+## bench-full: the published figures of docs/benchmarks.md: 1M/10M/100M keys in the window (~20 minutes)
+bench-full:
+	$(GO) run ./bench/cmd/dsbench -profile full -out $(BENCHOUT) $(BENCHFLAGS)
+
+## bench-go: the Go benchmarks next to the code, with allocation counts (set BENCH=regexp to narrow)
+bench-go:
 	$(GO) test -run '^$$' -bench '$(or $(BENCH),.)' -benchmem -benchtime $(BENCHTIME) -timeout 60m $(PKGS)
 
 ## fuzz: every fuzz target of every package for FUZZTIME each (default 30s)

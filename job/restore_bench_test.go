@@ -31,7 +31,7 @@ import (
 //     input with a fresh stage (read, Bloom front, lookups, commit every
 //     10k), what rebuilding from the raw input costs at best.
 //
-// Each reports keys/s. Run: make bench BENCH=Restore PKGS=./job
+// Each reports keys/s. Run: make bench-go BENCH=Restore PKGS=./job
 // BENCHTIME=1x (RESTORE_KEYS=10000000 for the 10M figure).
 func BenchmarkRestore(b *testing.B) {
 	n := 1_000_000

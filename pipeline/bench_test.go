@@ -21,7 +21,7 @@ import (
 // repeats: the expensive kind, each one a store read). Keys are 16 to 36
 // bytes. The in-memory map ceiling runs the same stream in the same run.
 //
-//	make bench BENCH=Engine
+//	make bench-go BENCH=Engine
 const benchBatch = 10_000
 
 // keyStream makes deterministic business keys of 16 to 36 bytes and the
@@ -200,7 +200,7 @@ func benchMap(b *testing.B, e *benchEnv, dup float64) {
 // ready again: after a clean Close (Bloom snapshot loaded) and after a crash
 // (no snapshot: the filter is rebuilt by scanning the store).
 //
-//	make bench BENCH=Reopen BENCHTIME=3x
+//	make bench-go BENCH=Reopen BENCHTIME=3x
 func BenchmarkReopen(b *testing.B) {
 	defer closeBenchEnvs()
 	for _, keys := range []int{1_000_000, 10_000_000} {

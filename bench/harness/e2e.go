@@ -1,0 +1,425 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dedupstream/dedupstream/bench/workload"
+	"github.com/dedupstream/dedupstream/config"
+	"github.com/dedupstream/dedupstream/job"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// E2ECase is one end-to-end comparison: the stream is produced once to the
+// raw topics, then Reps times the copy job and the dedup job each read all
+// of it from the start into a topic of their own (alternating which goes
+// first). Throughput is records in over the time from "every partition
+// ready" to "every input offset committed".
+type E2ECase struct {
+	Spec    workload.Spec // Topics and Partitions shape the raw topics
+	Records int
+	Reps    int
+	// Brokers are external brokers; empty starts an embedded kfake broker.
+	Brokers []string
+	// Replication of the topics the harness creates; -1 is the broker's
+	// default.
+	Replication int16
+	Interval    time.Duration // commit interval of both jobs
+	MaxRecords  int           // records per commit cycle of both jobs
+	Dir         string        // parent of the state directories
+}
+
+// RunE2E runs an end-to-end case and returns one result per system and rep.
+func RunE2E(ctx context.Context, c E2ECase, p *Progress) ([]Result, error) {
+	g, err := workload.NewGenerator(c.Spec)
+	if err != nil {
+		return nil, err
+	}
+	spec := g.Spec()
+	caseName := CaseE2EExternal
+	brokers := c.Brokers
+	if len(brokers) == 0 {
+		caseName = CaseE2EEmbedded
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return nil, fmt.Errorf("start embedded broker: %w", err)
+		}
+		defer cluster.Close()
+		brokers = cluster.ListenAddrs()
+		p.Say("embedded broker on %s", brokers[0])
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(engineBatch*2))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+
+	prefix := fmt.Sprintf("dsbench-%d", time.Now().UnixNano()/1e6)
+	raw := make([]string, spec.Topics)
+	for i := range raw {
+		raw[i] = fmt.Sprintf("%s-raw-%d", prefix, i)
+	}
+	if err := createTopics(ctx, cl, raw, spec.Partitions, c.Replication); err != nil {
+		return nil, err
+	}
+	// Produce the stream once.
+	ends := make(map[string][]int64, len(raw))
+	for _, t := range raw {
+		ends[t] = make([]int64, spec.Partitions)
+	}
+	krecs := make([]*kgo.Record, engineBatch)
+	for i := range krecs {
+		krecs[i] = &kgo.Record{}
+	}
+	start := time.Now()
+	for done := 0; done < c.Records; {
+		in := g.Fill(min(engineBatch, c.Records-done))
+		batch := krecs[:len(in)]
+		for i := range in {
+			*batch[i] = kgo.Record{Topic: raw[in[i].Topic], Partition: int32(in[i].Partition), Key: in[i].Key, Value: in[i].Value, Timestamp: time.UnixMilli(in[i].TimestampMs)}
+		}
+		if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+			return nil, fmt.Errorf("produce input: %w", err)
+		}
+		for _, r := range batch {
+			e := ends[r.Topic]
+			e[r.Partition] = max(e[r.Partition], r.Offset+1)
+		}
+		done += len(in)
+		p.Tick("%s: produced %s of %s input records (%s records/s)", caseName, count(uint64(done)), count(uint64(c.Records)), rate(uint64(done), time.Since(start)))
+	}
+	truth := g.Counts()
+	p.Say("%s: input: %d records, %d distinct keys, %d duplicates (%.1f%%) over %d raw topics of %d partitions",
+		caseName, truth.Records, truth.New, truth.Duplicates(), 100*float64(truth.Duplicates())/float64(truth.Records), len(raw), spec.Partitions)
+
+	var results []Result
+	for rep := range c.Reps {
+		order := []string{SysCopy, SysDedup}
+		if rep%2 == 1 {
+			order = []string{SysDedup, SysCopy}
+		}
+		for _, sys := range order {
+			name := fmt.Sprintf("%s-%s-%d", prefix, sys, rep)
+			r := Result{Case: caseName, System: sys, Rep: rep, Workload: spec, KeysInWindow: spec.KeysPerWindow,
+				Records: truth.Records, DupRatio: float64(truth.Duplicates()) / float64(truth.Records)}
+			if err := createTopics(ctx, cl, []string{name, name + "-dlq"}, spec.Partitions, c.Replication); err != nil {
+				return results, err
+			}
+			mem := startMemProbe()
+			var took time.Duration
+			if sys == SysCopy {
+				took, err = runCopy(ctx, c, brokers, raw, name, cl, ends, p)
+			} else {
+				took, err = runDedup(ctx, c, brokers, raw, name, cl, ends, p, &r)
+			}
+			if err != nil {
+				return results, fmt.Errorf("%s rep %d: %w", sys, rep, err)
+			}
+			r.RSSStartBytes, r.RSSPeakBytes = mem.peak()
+			r.Seconds = took.Seconds()
+			r.RecordsPerSec = float64(truth.Records) / took.Seconds()
+			p.Say("%s rep %d %s: %s records in %.2fs = %s records/s; reading the output back read_committed", caseName, rep, sys, count(truth.Records), took.Seconds(), rate(truth.Records, took))
+			chk := workload.NewChecker(truth.New)
+			var out uint64
+			if err := readBack(ctx, brokers, name, spec.Partitions, func(key []byte) { out++; chk.EmitKey(key) }); err != nil {
+				return results, err
+			}
+			if sys == SysCopy {
+				// The copy job must copy every record once: the check is the
+				// record count, not the key ground truth.
+				r.Correct = workload.Verdict{Expected: truth.Records, Emitted: out}
+				if out < truth.Records {
+					r.Correct.Lost = truth.Records - out
+				} else {
+					r.Correct.Escaped = out - truth.Records
+				}
+				r.Note = "correctness: output records = input records"
+			} else {
+				r.Correct = chk.Result(truth)
+				r.Note = "RSS includes the in-process embedded broker"
+				if caseName == CaseE2EExternal {
+					r.Note = ""
+				}
+			}
+			r.Valid = r.Correct.OK()
+			p.Say("%s rep %d %s: %v", caseName, rep, sys, r.Correct)
+			results = append(results, r)
+		}
+	}
+	return results, nil
+}
+
+// createTopics creates topics with partitions partitions; records are
+// never deleted by time (the stream's record time lies in the past).
+func createTopics(ctx context.Context, cl *kgo.Client, names []string, partitions int, replication int16) error {
+	req := kmsg.NewPtrCreateTopicsRequest()
+	req.TimeoutMillis = 30_000
+	for _, n := range names {
+		t := kmsg.NewCreateTopicsRequestTopic()
+		t.Topic = n
+		t.NumPartitions = int32(partitions)
+		if strings.HasSuffix(n, "-dlq") {
+			t.NumPartitions = 1
+		}
+		t.ReplicationFactor = replication
+		for k, v := range map[string]string{"retention.ms": "-1", "retention.bytes": "-1"} {
+			c := kmsg.NewCreateTopicsRequestTopicConfig()
+			c.Name, c.Value = k, kmsg.StringPtr(v)
+			t.Configs = append(t.Configs, c)
+		}
+		req.Topics = append(req.Topics, t)
+	}
+	res, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	for _, t := range res.Topics {
+		if err := kerrOf(t.ErrorCode); err != nil {
+			return fmt.Errorf("create topic %s: %w", t.Topic, err)
+		}
+	}
+	return nil
+}
+
+func kerrOf(code int16) error {
+	if code == 0 {
+		return nil
+	}
+	return fmt.Errorf("kafka error code %d", code)
+}
+
+// waitCommitted polls the group's committed offsets until they reach ends
+// on every raw partition, or done delivers the job's early exit.
+func waitCommitted(ctx context.Context, cl *kgo.Client, group string, ends map[string][]int64, done <-chan error, p *Progress, what string, started time.Time) error {
+	var total int64
+	for _, e := range ends {
+		for _, o := range e {
+			total += o
+		}
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		req := kmsg.NewPtrOffsetFetchRequest()
+		req.Group = group
+		for t, e := range ends {
+			rt := kmsg.NewOffsetFetchRequestTopic()
+			rt.Topic = t
+			for i := range e {
+				rt.Partitions = append(rt.Partitions, int32(i))
+			}
+			req.Topics = append(req.Topics, rt)
+		}
+		res, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return fmt.Errorf("offset fetch: %w", err)
+		}
+		var sum int64
+		caught := true
+		got := map[string]map[int32]int64{}
+		for _, t := range res.Topics {
+			got[t.Topic] = map[int32]int64{}
+			for _, tp := range t.Partitions {
+				if tp.ErrorCode == 0 && tp.Offset >= 0 {
+					got[t.Topic][tp.Partition] = tp.Offset
+				}
+			}
+		}
+		for t, e := range ends {
+			for i, end := range e {
+				off := got[t][int32(i)]
+				sum += min(off, end)
+				if off < end {
+					caught = false
+				}
+			}
+		}
+		if caught {
+			return nil
+		}
+		p.Tick("%s: %s of %s input records committed, %s records/s", what, count(uint64(sum)), count(uint64(total)), rate(uint64(sum), time.Since(started)))
+		select {
+		case err := <-done:
+			if err == nil {
+				err = errors.New("stopped before it caught up")
+			}
+			return err
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// runCopy runs the copy job over the raw topics into out.
+func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress) (time.Duration, error) {
+	parts := make([]int, c.Spec.Partitions)
+	for i := range parts {
+		parts[i] = i
+	}
+	cj := &CopyJob{
+		Client: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: &kafka.Transport{ClientID: "dsbench-copy", DialTimeout: 10 * time.Second}},
+		Topics: raw, Output: out, Group: out, Partitions: parts,
+		Interval: c.Interval, MaxRecords: c.MaxRecords,
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	readyC := make(chan time.Time, 1)
+	done := make(chan error, 1)
+	go func() { done <- cj.Run(runCtx, func() { readyC <- time.Now() }) }()
+	var start time.Time
+	select {
+	case start = <-readyC:
+	case err := <-done:
+		return 0, fmt.Errorf("copy job stopped before it was ready: %v", err)
+	}
+	if err := waitCommitted(ctx, cl, out, ends, done, p, "copy-job "+out, start); err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	cancel()
+	if err := <-done; err != nil {
+		return 0, err
+	}
+	return took, nil
+}
+
+// jobConfig is the dedup job the harness runs; everything not named is the
+// default of configs/reference.yaml.
+const jobConfig = `job: {id: %q}
+kafka: {brokers: [%s]}
+input: {topics: [%s]}
+output: {topic: %q, dlq_topic: %q}
+assignment: {partitions: [%s]}
+dedup: {window: %s, expected_keys: %d}
+state: {dir: %q}
+commit: {interval: %s, max_records: %d}
+metrics: {listen: "off"}
+log: {level: warn}
+`
+
+func quoteList[T any](xs []T) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprintf("%q", fmt.Sprint(x))
+	}
+	return strings.Join(s, ", ")
+}
+
+// runDedup runs the real job (job.New, Run) over the raw topics into out.
+func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress, r *Result) (time.Duration, error) {
+	dir, err := os.MkdirTemp(c.Dir, "dsbench-job-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	parts := make([]string, c.Spec.Partitions)
+	for i := range parts {
+		parts[i] = fmt.Sprint(i)
+	}
+	// The Bloom front is sized for a full window's keys (its generations
+	// each take a window/generations share of them), even when the stream
+	// is shorter than the window.
+	perPartition := c.Spec.KeysPerWindow/c.Spec.Partitions*11/10 + 1000
+	text := fmt.Sprintf(jobConfig, out, quoteList(brokers), quoteList(raw), out, out+"-dlq", strings.Join(parts, ", "),
+		c.Spec.Window, perPartition, filepath.Join(dir, "state"), c.Interval, c.MaxRecords)
+	path := filepath.Join(dir, "job.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return 0, err
+	}
+	cfg, err := config.Load(path)
+	if err != nil {
+		return 0, err
+	}
+	j, err := job.New(cfg, job.Options{})
+	if err != nil {
+		return 0, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- j.Run(runCtx) }()
+	// Ready: every stage recovered and reads input.
+	for j.Stats().Ready < c.Spec.Partitions {
+		select {
+		case err := <-done:
+			return 0, fmt.Errorf("job stopped before it was ready: %v", err)
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	start := time.Now()
+	if err := waitCommitted(ctx, cl, out, ends, done, p, "dedupstream "+out, start); err != nil {
+		return 0, err
+	}
+	took := time.Since(start)
+	disk := dirBytes(filepath.Join(dir, "state"))
+	cancel()
+	if err := <-done; err != nil {
+		return 0, err
+	}
+	st := j.Stats()
+	if st.In > 0 {
+		r.StoreReadsPerRecord = float64(st.StoreReads) / float64(st.In)
+	}
+	if n := st.FalsePositives + st.BloomNegative; n > 0 {
+		r.BloomFPRate = float64(st.FalsePositives) / float64(n)
+	}
+	r.DiskBytesPerKey = float64(disk) / float64(c.Spec.KeysPerWindow)
+	if st.DeadLettered > 0 {
+		return took, fmt.Errorf("job dead-lettered %d records of a stream without poison records", st.DeadLettered)
+	}
+	return took, nil
+}
+
+// readBack reads topic read_committed with an independent client (kgo) up
+// to a sentinel it appends to every partition first, and hands each key to
+// fn. Call it when nothing writes to topic any more.
+func readBack(ctx context.Context, brokers []string, topic string, partitions int, fn func(key []byte)) error {
+	const sentinel = "dsbench.sentinel"
+	w, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	var sents []*kgo.Record
+	for p := range int32(partitions) {
+		sents = append(sents, &kgo.Record{Topic: topic, Partition: p, Key: []byte(sentinel)})
+	}
+	if err := w.ProduceSync(ctx, sents...).FirstErr(); err != nil {
+		return fmt.Errorf("produce sentinels to %s: %w", topic, err)
+	}
+	rd, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer rd.Close()
+	readCtx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	seen := map[int32]bool{}
+	for len(seen) < partitions {
+		fs := rd.PollFetches(readCtx)
+		if err := readCtx.Err(); err != nil {
+			return fmt.Errorf("read %s back: sentinels of %d of %d partitions: %w", topic, len(seen), partitions, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			if string(r.Key) == sentinel {
+				seen[r.Partition] = true
+				return
+			}
+			fn(r.Key)
+		})
+	}
+	return nil
+}
