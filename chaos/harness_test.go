@@ -196,20 +196,27 @@ func (r *run) ctx(d time.Duration) context.Context {
 	return ctx
 }
 
-// configFile writes the job's config and returns its path.
+// configFile writes the job's config, owning every partition, and returns
+// its path.
 func (r *run) configFile(name string) string {
+	return r.configFileWith(name, "{partitions: [0, 1, 2, 3]}", r.stateDir)
+}
+
+// configFileWith writes the job's config with the given assignment (a YAML
+// flow mapping) and state directory and returns its path.
+func (r *run) configFileWith(name, assignment, stateDir string) string {
 	path := filepath.Join(r.dir, name+".yaml")
 	cfg := fmt.Sprintf(`job: {id: %s}
 kafka: {brokers: [%s], transaction_timeout: 20s}
 input: {topics: [%s]}
 output: {topic: %s, dlq_topic: %s}
-assignment: {partitions: [0, 1, 2, 3]}
+assignment: %s
 dedup: {key: ["json:order_id"], expected_keys: 100000}
 state: {dir: %s, cache_size: 8MiB, memtable_size: %s}
 commit: {interval: 50ms, max_records: 1000, shutdown_timeout: 20s}
 log: {level: info, format: text}
 metrics: {listen: "127.0.0.1:0"}
-`, r.id, strings.Join(r.brokers, ", "), r.raw, r.out, r.dlq, r.stateDir, r.memtable)
+`, r.id, strings.Join(r.brokers, ", "), r.raw, r.out, r.dlq, assignment, stateDir, r.memtable)
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		r.t.Fatal(err)
 	}
