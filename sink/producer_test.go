@@ -212,13 +212,7 @@ func TestSequences(t *testing.T) {
 	mustTxn(t, p, topic, 0, makeRecords("after", 4), true)
 	got := keys(e.drain(topic, 0, false))
 	if len(got) != 12 || got[8] != "after-0" {
-		// Seen once on a freshly started 3-broker cluster: the first
-		// committed transaction missing. Show the log as written.
-		var all []string
-		for _, r := range e.drain(topic, 0, true) {
-			all = append(all, fmt.Sprintf("%d:%s(pid %d epoch %d)", r.Offset, r.Key, r.ProducerID, r.ProducerEpoch))
-		}
-		t.Fatalf("read_committed keys %v; read_uncommitted %v", got, all)
+		t.Fatalf("read_committed keys %v; %s", got, e.explainMissing(topic, 0, got))
 	}
 	// A gap in the sequence is refused by the broker and is ambiguous.
 	if err := p.Begin(); err != nil {
@@ -418,7 +412,7 @@ func TestConcurrentProducersSharedTransport(t *testing.T) {
 			}
 		}
 		if got := keys(e.drain(topic, s, false)); !slices.Equal(got, want) {
-			t.Errorf("partition %d: %d records, want %d", s, len(got), len(want))
+			t.Errorf("partition %d: %d records, want %d; %s", s, len(got), len(want), e.explainMissing(topic, s, got))
 		}
 	}
 	if got := e.fetchOffsets("shared", topic, 0, 1, 2, 3); !slices.Equal(got, []int64{4, 4, 4, 4}) {
