@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -81,16 +82,22 @@ func TestKillJob(t *testing.T) {
 	ctx := r.ctx(20 * time.Minute)
 	total := len(w.Records)
 	produced := 0
+	var fedUpTo atomic.Int64 // produced, for reading while a feeder runs
 	feed := func(n int) {
 		n = min(produced+n, total)
 		if err := prod.Produce(ctx, w.Records[produced:n]); err != nil {
-			t.Fatal(err)
+			t.Error(err)
+			return
 		}
 		produced = n
+		fedUpTo.Store(int64(n))
 	}
 	// A quarter first, so that the 20% mark falls in the first run; the
 	// rest in equal parts, each fed while a run works.
 	feed(total / 4)
+	if t.Failed() {
+		t.FailNow()
+	}
 	chunk := (total - produced + kills) / kills
 	for i := range kills {
 		c := r.startChild(cfg, i)
@@ -110,6 +117,7 @@ func TestKillJob(t *testing.T) {
 		select {
 		case err := <-c.done:
 			c.done <- err
+			<-fed
 			t.Fatalf("run %d exited on its own: %v\n%s", i, err, c.output())
 		case <-time.After(wait):
 		}
@@ -117,14 +125,21 @@ func TestKillJob(t *testing.T) {
 		err := <-c.done
 		c.done <- err
 		if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
+			<-fed
 			t.Fatalf("run %d ended with %v before the SIGKILL:\n%s", i, err, c.output())
 		}
-		at := produced
+		at := fedUpTo.Load()
 		<-fed
+		if t.Failed() {
+			t.FailNow()
+		}
 		r.event("kill %d/%d: SIGKILL %v after start (fault delay %v); %d of %d records produced, %.1f%% committed",
 			i+1, kills, time.Since(start).Round(time.Millisecond), wait.Round(time.Millisecond), at, total, 100*r.progress(prod, total))
 	}
 	feed(total)
+	if t.Failed() {
+		t.FailNow()
+	}
 
 	last := r.startChild(cfg, kills)
 	r.waitCaught(prod, last.done, 3*time.Minute)

@@ -144,6 +144,26 @@ func (e *env) drain(topic string, partition int32, uncommitted bool) []*kgo.Reco
 
 const sentinelPrefix = "__sentinel__"
 
+// explainMissing describes the log of a partition as written (read
+// uncommitted) next to what a read_committed reader returned (got): for
+// each record read_committed left out, its offset, producer id and epoch.
+// It found a real cluster's time retention deleting records written with
+// the tests' fixed old timestamps (testenv/kafka.sh now turns it off).
+func (e *env) explainMissing(topic string, partition int32, got []string) string {
+	seen := map[string]bool{}
+	for _, k := range got {
+		seen[k] = true
+	}
+	var hidden []string
+	all := e.drain(topic, partition, true)
+	for _, r := range all {
+		if !seen[string(r.Key)] {
+			hidden = append(hidden, fmt.Sprintf("%d:%s(pid %d epoch %d)", r.Offset, r.Key, r.ProducerID, r.ProducerEpoch))
+		}
+	}
+	return fmt.Sprintf("read_uncommitted has %d records; read_committed left out %v", len(all), hidden)
+}
+
 // keys returns the record keys as strings.
 func keys(rs []*kgo.Record) []string {
 	out := make([]string, len(rs))

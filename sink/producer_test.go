@@ -212,7 +212,7 @@ func TestSequences(t *testing.T) {
 	mustTxn(t, p, topic, 0, makeRecords("after", 4), true)
 	got := keys(e.drain(topic, 0, false))
 	if len(got) != 12 || got[8] != "after-0" {
-		t.Fatalf("keys %v", got)
+		t.Fatalf("read_committed keys %v; %s", got, e.explainMissing(topic, 0, got))
 	}
 	// A gap in the sequence is refused by the broker and is ambiguous.
 	if err := p.Begin(); err != nil {
@@ -412,7 +412,7 @@ func TestConcurrentProducersSharedTransport(t *testing.T) {
 			}
 		}
 		if got := keys(e.drain(topic, s, false)); !slices.Equal(got, want) {
-			t.Errorf("partition %d: %d records, want %d", s, len(got), len(want))
+			t.Errorf("partition %d: %d records, want %d; %s", s, len(got), len(want), e.explainMissing(topic, s, got))
 		}
 	}
 	if got := e.fetchOffsets("shared", topic, 0, 1, 2, 3); !slices.Equal(got, []int64{4, 4, 4, 4}) {

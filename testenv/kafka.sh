@@ -94,6 +94,12 @@ transaction.state.log.min.isr=$isr
 transaction.state.log.num.partitions=10
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
+# Tests write records with fixed timestamps years old: time-based retention
+# would delete their segments under the test (seen: a committed transaction
+# gone), and segments would roll on every batch. Size bounds the disk instead.
+log.retention.ms=-1
+log.retention.bytes=268435456
+log.roll.ms=315360000000
 num.network.threads=2
 num.io.threads=4
 num.recovery.threads.per.data.dir=1
