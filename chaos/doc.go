@@ -29,7 +29,9 @@
 //     writes or failing syncs through pebble's errorfs; the job must stop
 //     with "statestore: fatal:" and a restart without the fault must lose
 //     nothing.
-//
-// The zombie case (group mode, SIGSTOP past the session timeout) joins once
-// consumer-group assignment exists.
+//   - TestZombie: two instances in assignment mode group; one is frozen
+//     with SIGSTOP at a seeded moment past its session timeout, the other
+//     takes every partition over (fencing the frozen one's producers), then
+//     SIGCONT: the zombie must be fenced and rejoin, and nothing it had in
+//     flight may reach the output.
 package chaos
