@@ -24,6 +24,24 @@ test:
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 20m $(PKGS)
 
+## kafka-up: a 3-broker Apache Kafka cluster on loopback (jars from Maven on first use)
+kafka-up:
+	$(KAFKA) start 3
+
+## kafka-down: stop the cluster
+kafka-down:
+	$(KAFKA) stop
+
+## test-kafka: the broker-facing tests against the running cluster (make kafka-up first)
+test-kafka:
+	$(KAFKA) ready
+	KAFKA_BROKERS=$$($(KAFKA) brokers) $(GO) test -count=1 -timeout 30m ./fetch ./sink ./job ./cmd/dedupstream
+
+## chaos: the fault suite against the running 3-broker cluster; CHAOS=short|full, CHAOS_SEED replays, CHAOS_RUN narrows
+chaos:
+	$(KAFKA) ready
+	KAFKA_BROKERS=$$($(KAFKA) brokers) CHAOS=$(CHAOS) $(GO) test -count=1 -v -timeout 60m -run '$(or $(CHAOS_RUN),.)' ./chaos
+
 ## bench: the harness, quick profile (a few minutes): engine, window sweep and end to end, next to the copy job, Redis SET NX and the map ceiling on the same stream
 bench:
 	$(GO) run ./bench/cmd/dsbench -profile quick -out $(BENCHOUT) $(BENCHFLAGS)
