@@ -46,6 +46,15 @@ func (c EngineCase) stopped() error {
 	return c.Ctx.Err()
 }
 
+// emitDecided tells the checker which records of a batch a system emitted.
+func emitDecided(chk *workload.Checker, in []workload.Record, emit []bool) {
+	for i := range in {
+		if emit[i] {
+			chk.Emit(in[i].ID)
+		}
+	}
+}
+
 func (c EngineCase) name() string {
 	return fmt.Sprintf("%s keys=%s dup=%g%%", c.Case, count(uint64(c.Spec.KeysPerWindow)), c.Spec.DupRatio*100)
 }
@@ -292,11 +301,7 @@ func RunMap(c EngineCase, p *Progress) (Result, error) {
 			emit[i] = !dup
 		}
 		busy += time.Since(t0)
-		for i := range in {
-			if emit[i] {
-				chk.Emit(in[i].ID)
-			}
-		}
+		emitDecided(chk, in, emit)
 		done += len(in)
 		if err := c.stopped(); err != nil {
 			return Result{}, err
@@ -391,11 +396,7 @@ func RunRedis(c EngineCase, addr string, p *Progress) (Result, error) {
 			prev = now
 		}
 		busy += prev.Sub(t0)
-		for i := range in {
-			if emit[i] {
-				chk.Emit(in[i].ID)
-			}
-		}
+		emitDecided(chk, in, emit)
 		done += len(in)
 		if err := c.stopped(); err != nil {
 			return Result{}, err
