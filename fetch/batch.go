@@ -54,6 +54,9 @@ type Batch struct {
 	Aborted int
 	// Markers counts transaction markers (control records) dropped.
 	Markers int
+	// AppendTime is set when a record of the batch carries the broker's
+	// append time (a LogAppendTime topic) instead of its create time.
+	AppendTime bool
 
 	buf  []byte            // raw fetch response frame
 	dbuf []byte            // decompressed record data
@@ -67,7 +70,7 @@ func (b *Batch) reset(topic string, partition int) {
 	b.Topic = topic
 	b.Partition = partition
 	b.HighWatermark, b.LastStableOffset, b.LogStartOffset, b.NextOffset = -1, -1, -1, -1
-	b.Aborted, b.Markers = 0, 0
+	b.Aborted, b.Markers, b.AppendTime = 0, 0, false
 	b.dbuf = b.dbuf[:0]
 	clear(b.hdrs)
 	b.hdrs = b.hdrs[:0]

@@ -360,6 +360,7 @@ func (d *decoder) appendRecords(b *Batch, raw []byte, attrs uint16, baseOffset, 
 		ts := firstTime + timeDelta
 		if logAppend {
 			ts = maxTime
+			b.AppendTime = true
 		}
 		r := Record{Offset: offset, Key: key, Value: value, Timestamp: time.UnixMilli(ts)}
 		if len(b.hdrs) > h0 {

@@ -280,6 +280,13 @@ func TestDecodeLogAppendTime(t *testing.T) {
 			t.Fatalf("record %d: timestamp %d, want the batch max timestamp", r.Offset, r.Timestamp.UnixMilli())
 		}
 	}
+	if !b.AppendTime {
+		t.Error("AppendTime not set for a LogAppendTime batch")
+	}
+	b, _, err = decodeAll(t, encodeResponse(t, nil, encodeBatch(t, tbatch{base: 0, n: 3})), 0)
+	if err != nil || b.AppendTime {
+		t.Errorf("create-time batch: AppendTime %v, err %v", b.AppendTime, err)
+	}
 }
 
 func TestDecodeErrors(t *testing.T) {

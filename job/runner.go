@@ -372,22 +372,25 @@ const windowTail = 1000
 // everything before the first record at or after newest - (window +
 // window/generations + max_future_skew) is older than the longest a key is
 // remembered, newest being the newest timestamp near the partition's end.
-// With the window on processing time, or when no timestamp is found, the
-// whole partition is read.
+// With the window on processing time, on a LogAppendTime output topic, or
+// when no timestamp is found, the whole partition is read.
 func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, error) {
 	pc := r.j.cfg.Pipeline()
 	if pc.TimeBase != pipeline.RecordTime || offs.LastStable <= offs.Earliest {
 		return offs.Earliest, nil
 	}
-	newest := int64(-1)
+	newest, appendTime := int64(-1), false
 	tail := max(offs.Earliest, offs.LastStable-windowTail)
 	err := r.out.ReadRange(ctx, tail, offs.LastStable, func(b *fetch.Batch) error {
 		for i := range b.Records {
 			newest = max(newest, b.Records[i].Timestamp.UnixMilli())
 		}
+		appendTime = appendTime || b.AppendTime
 		return nil
 	})
-	if err != nil || newest < 0 {
+	if err != nil || newest < 0 || appendTime {
+		// A LogAppendTime output carries the broker's clock, not the
+		// records' time the window runs on.
 		return offs.Earliest, err
 	}
 	keep := pc.Window + pc.Window/time.Duration(pc.Generations) + pc.MaxFutureSkew
