@@ -55,6 +55,7 @@ type runner struct {
 	pos    []int64  // input positions at the start of a cycle
 
 	lastMisrouteWarn time.Time
+	snapAt           time.Time     // last periodic Bloom snapshot
 	ready            bool          // counted in Stats.Ready
 	met              *stageMetrics // see metrics.go
 
@@ -504,7 +505,25 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	}
 	r.count(cycle)
 	r.met.committed(pos, cycle, r.stage)
+	r.snapshot()
 	return nil
+}
+
+// snapshotEvery is how often a stage writes its Bloom snapshot between
+// cycles: after a crash, Open starts from it and scans only the store
+// generations written since, instead of the whole store.
+const snapshotEvery = time.Minute
+
+// snapshot writes the Bloom snapshot when the last one is snapshotEvery
+// old (the first right after recovery, as Open consumed the previous one).
+// A failure costs only a slower start after a crash: it is logged.
+func (r *runner) snapshot() {
+	if now := time.Now(); now.Sub(r.snapAt) >= snapshotEvery {
+		r.snapAt = now
+		if err := r.stage.SaveSnapshot(); err != nil {
+			r.log.Warn("writing the bloom snapshot failed; a restart after a crash rebuilds the filter from the store", "err", err)
+		}
+	}
 }
 
 // count adds a committed cycle to the job's counters.

@@ -121,10 +121,12 @@ func (s *Stage) filterConfig() filter.Config {
 	}
 }
 
-// loadFilter restores the Bloom front from the snapshot of the last clean
-// Close when it covers exactly store commit seq, and rebuilds it from the
-// store otherwise. The snapshot is deleted once read, so a later crash can
-// never bring back a snapshot that misses keys committed after it.
+// loadFilter restores the Bloom front from the snapshot (written by Close
+// and by SaveSnapshot) and brings it up to store commit seq, or rebuilds it
+// from the store when the snapshot cannot be trusted. The snapshot is
+// deleted once read: a store that lost commits in a crash and then
+// committed new ones could otherwise meet a snapshot whose tag matches but
+// whose keys do not.
 func (s *Stage) loadFilter(seq uint64) error {
 	cfg := s.filterConfig()
 	path := filepath.Join(s.dir, SnapshotFile)
@@ -137,12 +139,35 @@ func (s *Stage) loadFilter(seq uint64) error {
 		s.filter = f
 		s.log.Info("bloom front restored from snapshot", "dir", s.dir, "seq", seq)
 		return nil
+	case err == nil && f.Tag() < seq && f.Current() <= s.cur:
+		return s.catchUpFilter(f, seq)
 	case err == nil:
-		s.log.Warn("bloom snapshot is stale, rebuilding from the store", "dir", s.dir, "snapshot_seq", f.Tag(), "store_seq", seq)
+		s.log.Warn("bloom snapshot is ahead of the store, rebuilding from the store", "dir", s.dir, "snapshot_seq", f.Tag(), "store_seq", seq)
 	case !errors.Is(err, os.ErrNotExist):
 		s.log.Warn("bloom snapshot unusable, rebuilding from the store", "dir", s.dir, "err", err)
 	}
 	return s.rebuildFilter(cfg)
+}
+
+// catchUpFilter brings a snapshot of an earlier commit up to commit seq.
+// Every key committed after the snapshot went into a generation at or after
+// the snapshot's current one: keys go into the current generation, which
+// never moves back while the snapshot exists (Open consumes it). So only
+// those generations are scanned again; the older ones are as the snapshot
+// saw them, less what has expired since.
+func (s *Stage) catchUpFilter(f *filter.Filter, seq uint64) error {
+	start, snapSeq := time.Now(), f.Tag()
+	from := max(f.Current(), s.win.oldestLive(s.cur))
+	f.Advance(s.cur)
+	keys, err := s.scanInto(f, from)
+	if err != nil {
+		return err
+	}
+	f.SetTag(seq)
+	s.filter = f
+	s.log.Info("bloom front restored from an older snapshot and the newest generations of the store",
+		"dir", s.dir, "snapshot_seq", snapSeq, "store_seq", seq, "generations_scanned", s.cur-from+1, "keys", keys, "took", time.Since(start))
+	return nil
 }
 
 // rebuildFilter scans the live generations of the store into a new filter.
@@ -152,20 +177,47 @@ func (s *Stage) rebuildFilter(cfg filter.Config) error {
 	if err != nil {
 		return fmt.Errorf("pipeline: %w", err)
 	}
+	keys, err := s.scanInto(f, s.win.oldestLive(s.cur))
+	if err != nil {
+		return err
+	}
+	f.SetTag(s.store.State().Seq)
+	s.filter = f
+	s.log.Info("bloom front rebuilt from the store", "dir", s.dir, "keys", keys, "took", time.Since(start))
+	return nil
+}
+
+// scanInto adds the store's keys of generations from..s.cur to f.
+func (s *Stage) scanInto(f *filter.Filter, from uint64) (int, error) {
 	var keys int
-	for g := s.win.oldestLive(s.cur); g <= s.cur; g++ {
+	for g := from; g <= s.cur; g++ {
 		err := s.store.ScanGeneration(g, func(h partition.Hash, _ uint64) error {
 			f.AddTo(g, h)
 			keys++
 			return nil
 		})
 		if err != nil {
-			return fmt.Errorf("pipeline: rebuild bloom front: generation %d: %w", g, err)
+			return keys, fmt.Errorf("pipeline: rebuild bloom front: generation %d: %w", g, err)
 		}
 	}
-	f.SetTag(s.store.State().Seq)
-	s.filter = f
-	s.log.Info("bloom front rebuilt from the store", "dir", s.dir, "keys", keys, "took", time.Since(start))
+	return keys, nil
+}
+
+// SaveSnapshot writes the Bloom front's snapshot now, between cycles (it
+// fails while a cycle is open). After a crash, Open starts from it and
+// scans only the generations written since, instead of the whole store;
+// the job calls it periodically.
+func (s *Stage) SaveSnapshot() error {
+	if s.err != nil {
+		return s.err
+	}
+	if len(s.cycle) > 0 {
+		return errors.New("pipeline: save bloom snapshot: a cycle is open")
+	}
+	s.filter.SetTag(s.store.State().Seq)
+	if err := filter.SaveFile(filepath.Join(s.dir, SnapshotFile), s.filter); err != nil {
+		return fmt.Errorf("pipeline: save bloom snapshot: %w", err)
+	}
 	return nil
 }
 
