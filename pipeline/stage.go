@@ -151,10 +151,12 @@ func (s *Stage) loadFilter(seq uint64) error {
 
 // catchUpFilter brings a snapshot of an earlier commit up to commit seq.
 // Every key committed after the snapshot went into a generation at or after
-// the snapshot's current one: keys go into the current generation, which
-// never moves back while the snapshot exists (Open consumes it). So only
-// those generations are scanned again; the older ones are as the snapshot
-// saw them, less what has expired since.
+// the snapshot's current one. A snapshot is only written when its current
+// generation is the one its commit recorded (see writeSnapshot); each commit
+// records the generation it wrote into, a stage resumes at the last recorded
+// one and only moves forward, so the recorded generations never go down.
+// So only those generations are scanned again; the older ones are as the
+// snapshot saw them, less what has expired since.
 func (s *Stage) catchUpFilter(f *filter.Filter, seq uint64) error {
 	start, snapSeq := time.Now(), f.Tag()
 	from := max(f.Current(), s.win.oldestLive(s.cur))
@@ -214,7 +216,20 @@ func (s *Stage) SaveSnapshot() error {
 	if len(s.cycle) > 0 {
 		return errors.New("pipeline: save bloom snapshot: a cycle is open")
 	}
-	s.filter.SetTag(s.store.State().Seq)
+	return s.writeSnapshot()
+}
+
+// writeSnapshot saves the filter tagged with the store's commit sequence,
+// unless the clock has moved into a generation no commit recorded yet (a
+// batch was decided and its cycle aborted): Open would not use such a
+// snapshot as it is, and starting from it after later commits could miss
+// keys they wrote into the older generation.
+func (s *Stage) writeSnapshot() error {
+	st := s.store.State()
+	if s.cur != st.Generation {
+		return nil
+	}
+	s.filter.SetTag(st.Seq)
 	if err := filter.SaveFile(filepath.Join(s.dir, SnapshotFile), s.filter); err != nil {
 		return fmt.Errorf("pipeline: save bloom snapshot: %w", err)
 	}
@@ -437,9 +452,8 @@ func (s *Stage) Close() error {
 	s.Abort()
 	var errs []error
 	if s.err == nil {
-		s.filter.SetTag(s.store.State().Seq)
-		if err := filter.SaveFile(filepath.Join(s.dir, SnapshotFile), s.filter); err != nil {
-			errs = append(errs, fmt.Errorf("pipeline: save bloom snapshot: %w", err))
+		if err := s.writeSnapshot(); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := s.store.Close(); err != nil {
