@@ -134,14 +134,9 @@ func (rt *router) run(ctx context.Context) error {
 // recover fences the previous router of the raw partition, settling its
 // open transaction, and resumes at the route group's committed offset.
 func (rt *router) recover(ctx context.Context) error {
-	init := rt.prod.Init
-	if rt.owned {
-		init = rt.prod.Resume
+	if err := acquire(ctx, rt.prod, &rt.owned); err != nil {
+		return err
 	}
-	if err := init(ctx); err != nil {
-		return fmt.Errorf("init producer: %w", err)
-	}
-	rt.owned = true
 	committed, err := rt.j.committedOffsets(ctx, rt.j.routeGroup(), []string{rt.src.topic}, rt.src.partition)
 	if err != nil {
 		return fmt.Errorf("committed offsets: %w", err)
@@ -211,13 +206,7 @@ func (rt *router) loop(ctx context.Context, b *backoff.Backoff) error {
 }
 
 func (rt *router) abort(ctx context.Context, cause error) error {
-	if err := rt.prod.Abort(ctx); err != nil {
-		if errors.Is(err, sink.ErrFenced) {
-			return err
-		}
-		rt.log.Warn("abort failed", "err", err, "cause", cause)
-	}
-	return cause
+	return abortTxn(ctx, rt.prod, rt.log, cause)
 }
 
 // route keys one fetched batch and produces it to the repartition topic

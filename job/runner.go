@@ -283,14 +283,9 @@ func (r *runner) positions(dst []int64) []int64 {
 // the store up to the committed output, and resume the input.
 func (r *runner) recover(ctx context.Context) error {
 	r.j.addStats(func(s *Stats) { s.Recoveries++ })
-	init := r.prod.Init
-	if r.owned {
-		init = r.prod.Resume
+	if err := acquire(ctx, r.prod, &r.owned); err != nil {
+		return err
 	}
-	if err := init(ctx); err != nil {
-		return fmt.Errorf("init producer: %w", err)
-	}
-	r.owned = true
 	committed, err := r.j.committedOffsets(ctx, r.j.cfg.Job.ID, r.j.topics, r.p)
 	if err != nil {
 		return fmt.Errorf("committed offsets: %w", err)
@@ -583,14 +578,7 @@ func (r *runner) settleDoubt(committed []int64) {
 // open cycle; cause is returned for the caller to classify.
 func (r *runner) abort(ctx context.Context, cause error) error {
 	r.stage.Abort()
-	if err := r.prod.Abort(ctx); err != nil {
-		if errors.Is(err, sink.ErrFenced) {
-			return err
-		}
-		// Recovery's InitProducerID settles the transaction anyway.
-		r.log.Warn("abort failed", "err", err, "cause", cause)
-	}
-	return cause
+	return abortTxn(ctx, r.prod, r.log, cause)
 }
 
 // handle decides one fetched batch and produces its emits and DLQ records
