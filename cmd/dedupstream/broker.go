@@ -23,9 +23,6 @@ func cmdBroker(args []string, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	if !checkLogLevel("broker", *level, stderr) {
-		return exitUsage
-	}
 	log := newLogger(config.Log{Level: *level, Format: "auto"}, stderr)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "dedupstream broker: unexpected arguments %q\n", fs.Args())

@@ -42,9 +42,6 @@ func cmdDemo(args []string, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	if !checkLogLevel("demo", *level, stderr) {
-		return exitUsage
-	}
 	if fs.NArg() > 0 || *keys < 1 || *replay < 0 || *parts < 1 {
 		fmt.Fprintln(stderr, "dedupstream demo: want --keys >= 1, --replay >= 0, --partitions >= 1 and no arguments")
 		return exitUsage

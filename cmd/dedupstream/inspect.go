@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,9 +50,6 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	if !checkLogLevel("inspect", *level, stderr) {
-		return exitUsage
-	}
 	var keys []string
 	if rest := fs.Args(); len(rest) > 0 {
 		if rest[0] != "key" {
@@ -68,7 +66,7 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
-	in := inspector{window: *window, gens: *gens}
+	in := inspector{window: *window, gens: *gens, log: newLogger(config.Log{Level: *level, Format: "auto"}, stderr)}
 	if *cfgPath != "" {
 		cfg, err := config.Load(*cfgPath)
 		if err != nil {
@@ -112,6 +110,7 @@ type inspector struct {
 	root   string
 	window time.Duration
 	gens   int
+	log    *slog.Logger // the stores' (Pebble's) log lines, at --log-level
 }
 
 // stageDir is one partition's state directory.
@@ -159,8 +158,8 @@ func (in *inspector) partitions(only []string) ([]stageDir, error) {
 
 // open opens a stage's store read-only, with an error that says what to do
 // when a job holds it.
-func openStore(sd stageDir) (*statestore.Store, error) {
-	st, err := statestore.Open(filepath.Join(sd.dir, pipeline.StoreDir), statestore.Options{ReadOnly: true, CacheSize: 8 << 20, MemTableSize: 1 << 20})
+func (in *inspector) openStore(sd stageDir) (*statestore.Store, error) {
+	st, err := statestore.Open(filepath.Join(sd.dir, pipeline.StoreDir), statestore.Options{ReadOnly: true, CacheSize: 8 << 20, MemTableSize: 1 << 20, Logger: in.log})
 	switch {
 	case errors.Is(err, statestore.ErrLocked):
 		return nil, fmt.Errorf("partition %d: %s is open in another process (a running job holds Pebble's lock): stop the job first, or inspect a copy of the directory", sd.p, sd.dir)
@@ -191,7 +190,7 @@ func (in *inspector) stats(w io.Writer, dirs []stageDir) error {
 }
 
 func (in *inspector) stageStats(w io.Writer, sd stageDir) (uint64, error) {
-	st, err := openStore(sd)
+	st, err := in.openStore(sd)
 	if err != nil {
 		return 0, err
 	}
@@ -285,7 +284,7 @@ func (in *inspector) lookup(w io.Writer, dirs []stageDir, parts []string) (bool,
 	h := partition.HashKey(key)
 	found := false
 	for _, sd := range dirs {
-		st, err := openStore(sd)
+		st, err := in.openStore(sd)
 		if err != nil {
 			return false, err
 		}

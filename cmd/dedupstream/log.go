@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/dedupstream/dedupstream/config"
@@ -18,20 +19,25 @@ import (
 var logLevels = []string{"debug", "info", "warn", "error"}
 
 // logLevelFlag adds --log-level to fs with the given default ("" for run:
-// the config's log.level then applies).
+// the config's log.level then applies). The value is checked as it is
+// parsed, so a bad level fails parse with exit 2 like any bad flag.
 func logLevelFlag(fs *flag.FlagSet, def string) *string {
-	return fs.String("log-level", def, "log `LEVEL`: debug, info, warn or error (logs go to stderr: text on a terminal, JSON otherwise)")
+	level := def
+	fs.Var((*levelValue)(&level), "log-level", "log `LEVEL`: debug, info, warn or error (logs go to stderr: text on a terminal, JSON otherwise)")
+	return &level
 }
 
-// checkLogLevel reports a --log-level value that is not a level.
-func checkLogLevel(cmd, level string, stderr io.Writer) bool {
-	for _, l := range logLevels {
-		if level == l {
-			return true
-		}
+// levelValue is the --log-level flag.
+type levelValue string
+
+func (l *levelValue) String() string { return string(*l) }
+
+func (l *levelValue) Set(v string) error {
+	if !slices.Contains(logLevels, v) {
+		return fmt.Errorf("want one of %s", strings.Join(logLevels, ", "))
 	}
-	fmt.Fprintf(stderr, "dedupstream %s: --log-level: want one of %s, got %q\n", cmd, strings.Join(logLevels, ", "), level)
-	return false
+	*l = levelValue(v)
+	return nil
 }
 
 // newLogger builds a logger writing to w: JSON unless the format is
@@ -39,7 +45,7 @@ func checkLogLevel(cmd, level string, stderr io.Writer) bool {
 // secret are redacted, also inside structs and maps logged whole.
 func newLogger(c config.Log, w io.Writer) *slog.Logger {
 	var level slog.Level
-	_ = level.UnmarshalText([]byte(c.Level)) // validated by config or checkLogLevel
+	_ = level.UnmarshalText([]byte(c.Level)) // validated by config or --log-level
 	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: redactAttr}
 	if c.Format == "text" || c.Format == "auto" && progress.IsTerminal(w) {
 		return slog.New(slog.NewTextHandler(w, opts))

@@ -62,7 +62,7 @@ func TestLoggerRedacts(t *testing.T) {
 func TestLogLevelFlag(t *testing.T) {
 	for _, cmd := range []string{"run", "demo", "broker", "verify", "inspect"} {
 		code, _, errOut := runCLI(t, cmd, "--log-level", "loud")
-		if code != exitUsage || !strings.Contains(errOut, "--log-level: want one of debug, info, warn, error") {
+		if code != exitUsage || !strings.Contains(errOut, `invalid value "loud" for flag -log-level: want one of debug, info, warn, error`) {
 			t.Errorf("%s --log-level loud: exit %d, stderr %q", cmd, code, errOut)
 		}
 		if code, out, _ := runCLI(t, cmd, "--help"); code != exitOK || !strings.Contains(out, "-log-level") {

@@ -29,9 +29,6 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	if *level != "" && !checkLogLevel("run", *level, stderr) {
-		return exitUsage
-	}
 	if *path == "" || fs.NArg() > 0 {
 		fmt.Fprintln(stderr, "dedupstream run: want --config FILE and no other arguments")
 		fs.Usage()

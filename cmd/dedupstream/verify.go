@@ -68,9 +68,6 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 	if code, done := parse(fs, args, stdout); done {
 		return code
 	}
-	if !checkLogLevel("verify", *level, stderr) {
-		return exitUsage
-	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	s := verifySettings{clientID: "dedupstream-verify", maxKey: partition.DefaultMaxKeyLen, examples: *examples}
