@@ -156,7 +156,7 @@ func (in *inspector) partitions(only []string) ([]stageDir, error) {
 	return out, nil
 }
 
-// open opens a stage's store read-only, with an error that says what to do
+// openStore opens a stage's store read-only, with an error that says what to do
 // when a job holds it.
 func (in *inspector) openStore(sd stageDir) (*statestore.Store, error) {
 	st, err := statestore.Open(filepath.Join(sd.dir, pipeline.StoreDir), statestore.Options{ReadOnly: true, CacheSize: 8 << 20, MemTableSize: 1 << 20, Logger: in.log})
