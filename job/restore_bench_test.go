@@ -128,7 +128,7 @@ state: {dir: %s}
 			start := time.Now()
 			err = f.ReadRange(ctx, 0, fetch.ToLastStable, func(bt *fetch.Batch) error {
 				var c pipeline.Counts
-				decs, c, err = stage.Process(r.convert(bt), decs[:0])
+				decs, c, err = stage.Process(convert(r.recs, bt), decs[:0])
 				total.Add(c)
 				if since += len(bt.Records); since >= 10_000 {
 					since = 0

@@ -2,13 +2,11 @@ package job
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/dedupstream/dedupstream/fetch"
-	"github.com/dedupstream/dedupstream/internal/backoff"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/dedupstream/dedupstream/sink"
@@ -52,7 +50,8 @@ type router struct {
 	keyer *pipeline.Keyer
 	prod  *sink.Producer
 	in    *fetch.Fetcher
-	owned bool // as runner.owned
+	owned bool  // as runner.owned
+	from  int64 // input position at the start of the open cycle
 
 	batch  fetch.Batch
 	rec    pipeline.Record
@@ -63,6 +62,8 @@ type router struct {
 	arena  arena
 	topicB []byte
 }
+
+var _ task = (*router)(nil)
 
 func newRouter(j *Job, src source, lay layout) (*router, error) {
 	keyer, err := pipeline.NewKeyer(j.cfg.Pipeline())
@@ -103,32 +104,12 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 // routeGroup is the consumer group of the route steps' input offsets.
 func (j *Job) routeGroup() string { return j.cfg.Job.ID + "-route" }
 
-// run alternates recovery and route cycles like runner.run, until ctx ends
-// or a failure is not transient.
+// run drives the route step's recovery and cycles until ctx ends or a
+// failure is not transient.
 func (rt *router) run(ctx context.Context) error {
-	b := &backoff.Backoff{Base: rt.j.opts.Backoff, Limit: rt.j.opts.MaxBackoff}
-	for {
-		err := rt.recover(ctx)
-		if err == nil {
-			err = rt.loop(ctx, b)
-		}
-		if err == nil {
-			return nil
-		}
-		k := classify(err)
-		switch {
-		case k == fenced:
-			return fmt.Errorf("route %s/%d: fenced: another instance routes this raw partition: %w", rt.src.topic, rt.src.partition, err)
-		case ctx.Err() != nil && (k == transient || errors.Is(err, context.Canceled)):
-			return nil
-		case k == fatal:
-			return fmt.Errorf("route %s/%d: %w", rt.src.topic, rt.src.partition, err)
-		}
-		rt.log.Warn("transient failure: aborted the route cycle, recovering after backoff", "err", err)
-		if b.Sleep(ctx) != nil {
-			return nil
-		}
-	}
+	d := rt.j.newDriver(fmt.Sprintf("route %s/%d", rt.src.topic, rt.src.partition),
+		"another instance routes this raw partition", rt.log)
+	return d.run(ctx, rt)
 }
 
 // recover fences the previous router of the raw partition, settling its
@@ -149,81 +130,53 @@ func (rt *router) recover(ctx context.Context) error {
 	return nil
 }
 
-func (rt *router) loop(ctx context.Context, b *backoff.Backoff) error {
-	cfg := rt.j.cfg
-	txCtx := context.WithoutCancel(ctx)
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err := rt.prod.Begin(); err != nil {
-			return rt.abort(txCtx, err)
-		}
-		var (
-			cycle    Stats
-			start    = time.Now()
-			from     = rt.in.Position()
-			stopping bool
-		)
-		for int(cycle.RouteIn) < cfg.Commit.MaxRecords && time.Since(start) < cfg.Commit.Interval {
-			if err := rt.in.Fetch(ctx, &rt.batch); err != nil {
-				if ctx.Err() != nil {
-					stopping = true
-					break
-				}
-				return rt.abort(txCtx, fmt.Errorf("fetch %s/%d: %w", rt.src.topic, rt.src.partition, err))
-			}
-			if err := rt.route(txCtx, &cycle); err != nil {
-				return rt.abort(txCtx, err)
-			}
-		}
-		if stopping {
-			var cancel context.CancelFunc
-			txCtx, cancel = context.WithTimeout(txCtx, rt.j.opts.ShutdownTimeout)
-			defer cancel()
-		}
-		var err error
-		if pos := rt.in.Position(); pos != from {
-			err = rt.prod.SendOffsets(txCtx, sink.Group{ID: rt.j.routeGroup()},
-				[]sink.Offset{{Topic: rt.src.topic, Partition: int32(rt.src.partition), Offset: pos}})
-		}
-		if err == nil {
-			err = rt.prod.Commit(txCtx)
-		}
-		if err != nil {
-			return rt.abort(txCtx, err)
-		}
-		rt.j.addStats(func(s *Stats) {
-			s.RouteIn += cycle.RouteIn
-			s.Routed += cycle.Routed
-			s.DeadLettered += cycle.DeadLettered
-		})
-		b.Reset()
-		if stopping {
-			return nil
-		}
+// begin opens a route cycle's transaction and notes its input position.
+func (rt *router) begin() error {
+	rt.from = rt.in.Position()
+	return rt.prod.Begin()
+}
+
+// fetch reads the raw partition's next batch.
+func (rt *router) fetch(ctx context.Context, _ int) (*fetch.Batch, error) {
+	if err := rt.in.Fetch(ctx, &rt.batch); err != nil {
+		return nil, fmt.Errorf("fetch %s/%d: %w", rt.src.topic, rt.src.partition, err)
 	}
+	return &rt.batch, nil
+}
+
+// settle commits the route cycle's input offset with its transaction,
+// then adds its counts.
+func (rt *router) settle(ctx context.Context, cycle *Stats) error {
+	var err error
+	if pos := rt.in.Position(); pos != rt.from {
+		err = rt.prod.SendOffsets(ctx, sink.Group{ID: rt.j.routeGroup()},
+			[]sink.Offset{{Topic: rt.src.topic, Partition: int32(rt.src.partition), Offset: pos}})
+	}
+	if err == nil {
+		err = rt.prod.Commit(ctx)
+	}
+	if err != nil {
+		return rt.abort(ctx, err)
+	}
+	rt.j.addStats(func(s *Stats) {
+		s.RouteIn += cycle.RouteIn
+		s.Routed += cycle.Routed
+		s.DeadLettered += cycle.DeadLettered
+	})
+	return nil
 }
 
 func (rt *router) abort(ctx context.Context, cause error) error {
 	return abortTxn(ctx, rt.prod, rt.log, cause)
 }
 
-// route keys one fetched batch and produces it to the repartition topic
-// and the DLQ inside the open transaction.
-func (rt *router) route(ctx context.Context, cycle *Stats) error {
-	b := &rt.batch
-	if len(b.Records) == 0 {
-		return nil
-	}
+// decide keys one fetched batch and lays each record out for its
+// repartition partition, or for the DLQ when it cannot be keyed.
+func (rt *router) decide(_ int, b *fetch.Batch, cycle *Stats) error {
 	rt.dests, rt.reason = rt.dests[:0], rt.reason[:0]
 	dead := 0
 	for i := range b.Records {
-		fr := &b.Records[i]
-		rt.rec = pipeline.Record{
-			Record:      partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers},
-			TimestampMs: fr.Timestamp.UnixMilli(),
-		}
+		rt.rec = fromFetched(&b.Records[i])
 		key, _, reason := rt.keyer.Key(&rt.rec)
 		dest := -1
 		if reason == "" {
@@ -246,6 +199,15 @@ func (rt *router) route(ctx context.Context, cycle *Stats) error {
 		}
 		rt.out[dest] = append(rt.out[dest], rt.arena.record(&b.Records[i], "", nil, 0))
 	}
+	cycle.RouteIn += uint64(len(b.Records))
+	cycle.Routed += uint64(len(b.Records) - dead)
+	cycle.DeadLettered += uint64(dead)
+	return nil
+}
+
+// produce sends the laid-out records to the repartition topic and the DLQ
+// inside the open transaction.
+func (rt *router) produce(ctx context.Context) error {
 	topic := rt.j.topics[0]
 	for p, recs := range rt.out {
 		if len(recs) == 0 {
@@ -261,8 +223,5 @@ func (rt *router) route(ctx context.Context, cycle *Stats) error {
 			return fmt.Errorf("produce to %s/%d: %w", rt.j.cfg.Output.DLQTopic, dp, err)
 		}
 	}
-	cycle.RouteIn += uint64(len(b.Records))
-	cycle.Routed += uint64(len(b.Records) - dead)
-	cycle.DeadLettered += uint64(dead)
 	return nil
 }

@@ -10,8 +10,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/fetch"
-	"github.com/dedupstream/dedupstream/internal/backoff"
-	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/dedupstream/dedupstream/sink"
 	"github.com/dedupstream/dedupstream/statestore"
@@ -70,6 +68,8 @@ type doubtfulCycle struct {
 	pos   []int64 // the input offsets it committed
 	cycle Stats
 }
+
+var _ task = (*runner)(nil)
 
 // setReady keeps Stats.Ready in step with the stage's state.
 func (r *runner) setReady(ready bool) {
@@ -148,7 +148,7 @@ func classify(err error) kind {
 	return transient
 }
 
-// run opens the stage and alternates recovery and commit cycles until ctx
+// run opens the stage and drives its recovery and commit cycles until ctx
 // ends or a failure is not transient.
 func (r *runner) run(ctx context.Context) (err error) {
 	if err := r.open(); err != nil {
@@ -162,36 +162,14 @@ func (r *runner) run(ctx context.Context) (err error) {
 			err = fmt.Errorf("partition %d: close state: %w", r.p, cerr)
 		}
 	}()
-	b := &backoff.Backoff{Base: r.j.opts.Backoff, Limit: r.j.opts.MaxBackoff}
-	defer r.setReady(false)
-	for {
-		err := r.recover(ctx)
-		if err == nil {
-			r.setReady(true)
-			err = r.loop(ctx, b)
-			r.setReady(false)
-		}
-		if err == nil {
-			return nil
-		}
-		k := classify(err)
-		switch {
-		case k == fenced && r.group.MemberID != "":
-			return fmt.Errorf("partition %d: fenced: the partition moved to another group member (a rebalance, or this member missed its heartbeats): %w", r.p, err)
-		case k == fenced:
-			return fmt.Errorf("partition %d: fenced: another instance took over transactional id %q (is this partition assigned to two instances?): %w",
-				r.p, r.prod.TransactionalID(), err)
-		case ctx.Err() != nil && (k == transient || errors.Is(err, context.Canceled)):
-			r.settleOnExit(ctx)
-			return nil
-		case k == fatal:
-			return fmt.Errorf("partition %d: %w", r.p, err)
-		}
-		r.log.Warn("transient failure: aborted the cycle, recovering after backoff", "err", err)
-		if b.Sleep(ctx) != nil {
-			return nil
-		}
+	hint := fmt.Sprintf("another instance took over transactional id %q (is this partition assigned to two instances?)", r.prod.TransactionalID())
+	if r.group.MemberID != "" {
+		hint = "the partition moved to another group member (a rebalance, or this member missed its heartbeats)"
 	}
+	d := r.j.newDriver(fmt.Sprintf("partition %d", r.p), hint, r.log)
+	d.ready = r.setReady
+	d.onStop = r.settleOnExit
+	return d.run(ctx, r)
 }
 
 // open opens the stage's state and makes its producer and fetchers. The
@@ -333,7 +311,7 @@ func (r *runner) recover(ctx context.Context) error {
 	if from < offs.LastStable {
 		start := time.Now()
 		err := r.out.ReadRange(ctx, from, fetch.ToLastStable, func(b *fetch.Batch) error {
-			r.recs = r.convert(b)
+			r.recs = convert(r.recs, b)
 			if err := r.stage.Restore(r.recs, r.checkpoint(resume, b.NextOffset)); err != nil {
 				return &fatalError{err}
 			}
@@ -405,72 +383,33 @@ func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, er
 	return max(off, offs.Earliest), nil
 }
 
-// convert points the stage's records at a fetched batch (no copies).
-func (r *runner) convert(b *fetch.Batch) []pipeline.Record {
-	recs := r.recs[:0]
-	for i := range b.Records {
-		fr := &b.Records[i]
-		recs = append(recs, pipeline.Record{
-			Record:      partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers},
-			TimestampMs: fr.Timestamp.UnixMilli(),
-		})
-	}
-	return recs
+// begin opens a cycle's transaction and notes the input positions it
+// starts from.
+func (r *runner) begin() error {
+	r.pos = r.positions(r.pos)
+	return r.prod.Begin()
 }
 
-// loop runs commit cycles until ctx ends (then the open cycle is
-// committed) or an error occurs (then it is aborted).
-func (r *runner) loop(ctx context.Context, b *backoff.Backoff) error {
-	cfg := r.j.cfg
-	txCtx := context.WithoutCancel(ctx) // a started cycle finishes on shutdown
-	for {
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err := r.prod.Begin(); err != nil {
-			return r.abort(txCtx, err)
-		}
-		var (
-			cycle    Stats
-			start    = time.Now()
-			stopping bool
-		)
-		r.pos = r.positions(r.pos)
-		for turn := 0; int(cycle.In) < cfg.Commit.MaxRecords && time.Since(start) < cfg.Commit.Interval; turn++ {
-			t := turn % len(r.ins)
-			if err := r.ins[t].Fetch(ctx, &r.batch); err != nil {
-				if ctx.Err() != nil {
-					stopping = true
-					break
-				}
-				return r.abort(txCtx, fmt.Errorf("fetch %s/%d: %w", r.j.topics[t], r.p, err))
-			}
-			if len(r.batch.Records) == 0 {
-				continue
-			}
-			if err := r.handle(txCtx, t, &cycle); err != nil {
-				return r.abort(txCtx, err)
-			}
-		}
-		if stopping {
-			var cancel context.CancelFunc
-			txCtx, cancel = context.WithTimeout(txCtx, r.j.opts.ShutdownTimeout)
-			defer cancel()
-		}
-		if pos := r.positions(nil); slices.Equal(pos, r.pos) {
-			// Nothing read: the transaction added nothing and ends
-			// without a request.
-			if err := r.prod.Commit(txCtx); err != nil {
-				return r.abort(txCtx, err)
-			}
-		} else if err := r.commit(txCtx, pos, &cycle); err != nil {
-			return err
-		}
-		b.Reset()
-		if stopping {
-			return nil
-		}
+// fetch reads the next batch of the raw topic whose turn it is.
+func (r *runner) fetch(ctx context.Context, turn int) (*fetch.Batch, error) {
+	t := turn % len(r.ins)
+	if err := r.ins[t].Fetch(ctx, &r.batch); err != nil {
+		return nil, fmt.Errorf("fetch %s/%d: %w", r.j.topics[t], r.p, err)
 	}
+	return &r.batch, nil
+}
+
+// settle ends a cycle: a cycle that read nothing ends its transaction
+// without a request, any other commits (see commit).
+func (r *runner) settle(ctx context.Context, cycle *Stats) error {
+	pos := r.positions(nil)
+	if !slices.Equal(pos, r.pos) {
+		return r.commit(ctx, pos, cycle)
+	}
+	if err := r.prod.Commit(ctx); err != nil {
+		return r.abort(ctx, err)
+	}
+	return nil
 }
 
 // commit ends a cycle: input offsets into the transaction, EndTxn(commit),
@@ -581,12 +520,12 @@ func (r *runner) abort(ctx context.Context, cause error) error {
 	return abortTxn(ctx, r.prod, r.log, cause)
 }
 
-// handle decides one fetched batch and produces its emits and DLQ records
-// into the open transaction.
-func (r *runner) handle(ctx context.Context, t int, cycle *Stats) error {
-	b := &r.batch
+// decide runs one fetched batch through the stage and lays its emits and
+// DLQ records out for produce.
+func (r *runner) decide(turn int, b *fetch.Batch, cycle *Stats) error {
+	t := turn % len(r.ins)
 	r.met.batch(b, t, r.pos[t], cycle.In)
-	r.recs = r.convert(b)
+	r.recs = convert(r.recs, b)
 	decs, counts, err := r.stage.Process(r.recs, r.decs[:0])
 	r.decs = decs
 	if err != nil {
@@ -611,6 +550,12 @@ func (r *runner) handle(ctx context.Context, t int, cycle *Stats) error {
 			r.dlq = append(r.dlq, r.arena.record(&b.Records[i], d.Reason, r.topicB[t], r.p))
 		}
 	}
+	return nil
+}
+
+// produce sends the batch's emits to output partition p and its DLQ
+// records to the stage's DLQ partition, inside the open transaction.
+func (r *runner) produce(ctx context.Context) error {
 	if len(r.emits) > 0 {
 		res, err := r.prod.Produce(ctx, r.j.cfg.Output.Topic, int32(r.p), r.emits)
 		if err != nil {

@@ -1,4 +1,4 @@
-package job
+package balance
 
 import (
 	"fmt"
@@ -60,7 +60,7 @@ func TestCopartitionedAssignment(t *testing.T) {
 			}
 			members[i] = kafka.GroupMember{ID: id, Topics: topics, UserData: encodeOwned(prev[id])}
 		}
-		got := (&copartitioned{}).AssignGroups(members, partitions)
+		got := (&Copartitioned{}).AssignGroups(members, partitions)
 
 		owner := map[int]string{}
 		lo, hi := nParts, 0
@@ -123,10 +123,10 @@ func TestAssignedPartitions(t *testing.T) {
 		"a": {{ID: 2}, {ID: 0}, {ID: 5}},
 		"b": {{ID: 0}, {ID: 2}},
 	}
-	if got := assignedPartitions(as, []string{"a", "b"}); !slices.Equal(got, []int{0, 2}) {
+	if got := Assigned(as, []string{"a", "b"}); !slices.Equal(got, []int{0, 2}) {
 		t.Errorf("got %v, want [0 2]: only partitions assigned on every topic", got)
 	}
-	if got := assignedPartitions(as, []string{"a"}); !slices.Equal(got, []int{0, 2, 5}) {
+	if got := Assigned(as, []string{"a"}); !slices.Equal(got, []int{0, 2, 5}) {
 		t.Errorf("got %v, want [0 2 5]", got)
 	}
 }
