@@ -1,18 +1,11 @@
 package job
 
 import (
-	"math"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"strconv"
-	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/dedupstream/dedupstream/fetch"
-	"github.com/dedupstream/dedupstream/internal/progress"
-	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -35,11 +28,6 @@ var (
 	cycleBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}
 	e2eBuckets   = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 )
-
-// stateEvery is how often a runner refreshes the state metrics (Bloom fill,
-// store bytes per generation, disk usage): the Bloom statistics cost a pass
-// over the filter's memory, about 1 ms per 10 MB.
-var stateEvery = 10 * time.Second
 
 var (
 	lp  = []string{"partition"}
@@ -109,61 +97,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// partMetrics are one partition's metrics. The Job keeps them across runs
-// of the partition's runner so that counters stay monotonic.
-type partMetrics struct {
-	p     int
-	label string
-	lag   []atomic.Int64 // per raw topic, as Job.topics; -1 unknown
-
-	mu          sync.Mutex
-	counts      pipeline.Counts
-	misrouted   uint64
-	cycles      uint64
-	restored    uint64
-	storeWrites uint64
-	cycle, e2e  hist
-	restoreLeft int64
-	restoreFrac float64
-	state       stateStats
-}
-
-// stateStats is the latest refresh of the state metrics.
-type stateStats struct {
-	valid      bool
-	generation uint64
-	disk       uint64
-	fpr        float64
-	keys       []uint64 // by age
-	bytes      []uint64
-	fill       []float64
-}
-
-// partition returns partition p's metrics, creating them on first use.
-func (j *Job) partition(p int) *partMetrics {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	if pm := j.parts[p]; pm != nil {
-		return pm
-	}
-	if j.parts == nil {
-		j.parts = map[int]*partMetrics{}
-	}
-	pm := &partMetrics{
-		p:           p,
-		label:       strconv.Itoa(p),
-		lag:         make([]atomic.Int64, len(j.topics)),
-		cycle:       newHist(cycleBuckets),
-		e2e:         newHist(e2eBuckets),
-		restoreFrac: 1,
-	}
-	for i := range pm.lag {
-		pm.lag[i].Store(-1)
-	}
-	j.parts[p] = pm
-	return pm
-}
-
 func (pm *partMetrics) collect(ch chan<- prometheus.Metric, topics []string) {
 	for i, t := range topics {
 		if lag := pm.lag[i].Load(); lag >= 0 {
@@ -214,231 +147,6 @@ func (pm *partMetrics) collect(ch chan<- prometheus.Metric, topics []string) {
 	}
 }
 
-// hist is a Prometheus histogram filled in bulk: a cycle's observations are
-// bucketed locally and added at once.
-type hist struct {
-	bounds []float64
-	counts []uint64 // per bucket, the last one +Inf; not cumulative
-	sum    float64
-}
-
-func newHist(bounds []float64) hist {
-	return hist{bounds: bounds, counts: make([]uint64, len(bounds)+1)}
-}
-
-// bucket returns the index of the bucket of v.
-func (h *hist) bucket(v float64) int {
-	i, _ := slices.BinarySearch(h.bounds, v)
-	return i
-}
-
-// merge adds another histogram with the same bounds.
-func (h *hist) merge(o *hist) {
-	for i, n := range o.counts {
-		h.counts[i] += n
-	}
-	h.sum += o.sum
-}
-
-func (h *hist) reset() {
-	clear(h.counts)
-	h.sum = 0
-}
-
-func (h *hist) metric(d *prometheus.Desc, labels ...string) prometheus.Metric {
-	cum := make(map[float64]uint64, len(h.bounds))
-	var n uint64
-	for i, b := range h.bounds {
-		n += h.counts[i]
-		cum[b] = n
-	}
-	n += h.counts[len(h.bounds)]
-	return prometheus.MustNewConstHistogram(d, n, h.sum, cum, labels...)
-}
-
-// stageMetrics is a runner's side of its partition's metrics: what it
-// collects during a cycle before publishing it.
-type stageMetrics struct {
-	pm  *partMetrics
-	log func(msg string, args ...any)
-
-	first     time.Time // first batch of the open cycle; zero before it
-	ts        []int64   // record timestamps (Unix ms) of the open cycle, reused
-	lso       []int64   // per raw topic: last stable offset of the latest fetch
-	e2e       hist      // scratch for one cycle
-	lastState time.Time
-
-	restoreFrom int64
-	restoreProg *progress.Progress
-}
-
-func newStageMetrics(j *Job, p int, log func(msg string, args ...any)) *stageMetrics {
-	m := &stageMetrics{pm: j.partition(p), log: log, lso: make([]int64, len(j.topics)), e2e: newHist(e2eBuckets), restoreFrom: -1}
-	for i := range m.lso {
-		m.lso[i] = -1
-	}
-	return m
-}
-
-// batch takes note of a fetched batch of raw topic t before it is handled.
-// pos is t's committed position (where the cycle started) and cycleIn the
-// records decided in the cycle so far. It touches each record once to keep
-// its timestamp and allocates nothing once the cycle buffer has grown.
-func (m *stageMetrics) batch(b *fetch.Batch, t int, pos int64, cycleIn uint64) {
-	if cycleIn == 0 {
-		// A new cycle: whatever an aborted one left is forgotten.
-		m.first = time.Now()
-		m.ts = m.ts[:0]
-	}
-	for i := range b.Records {
-		m.ts = append(m.ts, b.Records[i].Timestamp.UnixMilli())
-	}
-	lso := b.LastStableOffset
-	if lso < 0 {
-		lso = b.HighWatermark
-	}
-	if lso < 0 {
-		return
-	}
-	m.lso[t] = lso
-	if pos < 0 && len(b.Records) > 0 {
-		pos = b.Records[0].Offset // first start: no committed offset yet
-	}
-	if pos >= 0 {
-		m.pm.lag[t].Store(max(lso-pos, 0))
-	}
-}
-
-// committed publishes a committed cycle: its counters, its latencies, the
-// lag against the new committed positions pos, and every stateEvery the
-// state statistics of stage.
-func (m *stageMetrics) committed(pos []int64, cycle *Stats, stage *pipeline.Stage) {
-	now := time.Now()
-	m.e2e.reset()
-	var cycleSec float64
-	latency := cycle.In > 0 && !m.first.IsZero() // else only markers or aborted records moved the position
-	if latency {
-		cycleSec = now.Sub(m.first).Seconds()
-		for _, ms := range m.ts {
-			if ms <= 0 {
-				continue // a record without timestamp (-1)
-			}
-			d := max(float64(now.UnixMilli()-ms)/1e3, 0)
-			m.e2e.counts[m.e2e.bucket(d)]++
-			m.e2e.sum += d
-		}
-	}
-	m.ts, m.first = m.ts[:0], time.Time{}
-	for t, off := range pos {
-		if m.lso[t] >= 0 && off >= 0 {
-			m.pm.lag[t].Store(max(m.lso[t]-off, 0))
-		}
-	}
-	var st stateStats
-	refresh := now.Sub(m.lastState) >= stateEvery
-	if refresh {
-		m.lastState = now
-		st = readState(stage)
-	}
-	pm := m.pm
-	pm.mu.Lock()
-	defer pm.mu.Unlock()
-	pm.addCycle(cycle)
-	if latency {
-		pm.cycle.counts[pm.cycle.bucket(cycleSec)]++
-		pm.cycle.sum += cycleSec
-		pm.e2e.merge(&m.e2e)
-	}
-	if refresh {
-		pm.state = st
-	}
-}
-
-// stopped forgets the partition's lag when its runner stops in group mode
-// (the partition may move to another member): a frozen value would read as
-// a lag that no longer moves.
-func (m *stageMetrics) stopped() {
-	for i := range m.pm.lag {
-		m.pm.lag[i].Store(-1)
-	}
-}
-
-// settled publishes the counters of a cycle whose ambiguous commit turned
-// out to have committed; its latencies are not known any more.
-func (m *stageMetrics) settled(cycle *Stats) {
-	m.pm.mu.Lock()
-	defer m.pm.mu.Unlock()
-	m.pm.addCycle(cycle)
-}
-
-// addCycle adds a committed cycle's counters; pm.mu is held.
-func (pm *partMetrics) addCycle(cycle *Stats) {
-	pm.counts.Add(cycle.Counts)
-	pm.misrouted += cycle.Misrouted
-	pm.cycles++
-	pm.storeWrites += cycle.Emitted
-}
-
-// readState reads the state statistics of a stage. It runs on the runner's
-// goroutine, between cycles, so the store is neither closed nor written
-// meanwhile.
-func readState(stage *pipeline.Stage) stateStats {
-	f := stage.Filter()
-	cur := stage.Generation()
-	live := int(f.Config().Generations)
-	st := stateStats{valid: true, generation: cur, disk: stage.Store().DiskUsage(),
-		keys: make([]uint64, live), bytes: make([]uint64, live), fill: make([]float64, live)}
-	miss := 1.0
-	for _, g := range f.Stats() {
-		if age := cur - g.Gen; age < uint64(live) {
-			st.keys[age] = g.Added
-			st.fill[age] = g.FillRatio
-		}
-		miss *= 1 - g.EstimatedFPR
-	}
-	st.fpr = 1 - miss
-	if gens, err := stage.Store().Generations(); err == nil {
-		for _, g := range gens {
-			if g.Gen <= cur && cur-g.Gen < uint64(live) {
-				st.bytes[cur-g.Gen] = g.Bytes
-			}
-		}
-	}
-	return st
-}
-
-// restored takes note of one batch read back from the output in recovery:
-// the read started at from and runs to offset to. It keeps the restore
-// gauges and logs progress every progress.LineInterval.
-func (m *stageMetrics) restored(from, to int64, b *fetch.Batch) {
-	if m.restoreProg == nil || m.restoreFrom != from {
-		m.restoreFrom = from
-		m.restoreProg = progress.NewFunc("restore", to-from, progress.LineInterval, func(s progress.Snapshot, final bool) {
-			if !final {
-				m.log("restoring the store from the committed output", "offsets_done", s.Done, "offsets_total", s.Total,
-					"percent", math.Round(1000*s.Fraction())/10, "per_second", math.Round(s.Rate()), "eta", s.ETA().Round(time.Second))
-			}
-		})
-	}
-	done := b.NextOffset - from
-	m.restoreProg.Set(done)
-	left := max(to-b.NextOffset, 0)
-	if left == 0 {
-		m.restoreProg.Finish()
-		m.restoreProg, m.restoreFrom = nil, -1
-	}
-	pm := m.pm
-	pm.mu.Lock()
-	defer pm.mu.Unlock()
-	pm.restored += uint64(len(b.Records))
-	pm.storeWrites += uint64(len(b.Records))
-	pm.restoreLeft = left
-	pm.restoreFrac = 1
-	if to > from {
-		pm.restoreFrac = min(float64(done)/float64(to-from), 1)
-	}
-}
-
 // NewBuildInfo returns the collector of dedupstream_build_info for the
 // given version string; the Go version and VCS revision come from the
 // binary's build information.
@@ -458,10 +166,3 @@ type buildInfo struct{ m prometheus.Metric }
 
 func (b buildInfo) Describe(ch chan<- *prometheus.Desc) { ch <- descBuild }
 func (b buildInfo) Collect(ch chan<- prometheus.Metric) { ch <- b.m }
-
-// Ready reports whether an assignment is current and every stage of it has
-// completed recovery and is processing input: the /readyz condition.
-func (j *Job) Ready() bool {
-	s := j.Stats()
-	return s.Assignment && s.Ready == s.Assigned
-}

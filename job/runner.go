@@ -437,8 +437,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	if err := r.stage.Commit(r.checkpoint(pos, r.outNext)); err != nil {
 		return fatalf("commit state at input offsets %v: %w", pos, err)
 	}
-	r.count(cycle)
-	r.met.committed(pos, cycle, r.stage)
+	r.met.committed(pos, cycle, r.stage) // counts it, see Job.Stats
 	r.snapshot()
 	return nil
 }
@@ -458,16 +457,6 @@ func (r *runner) snapshot() {
 			r.log.Warn("writing the bloom snapshot failed; a restart after a crash rebuilds the filter from the store", "err", err)
 		}
 	}
-}
-
-// count adds a committed cycle to the job's counters.
-func (r *runner) count(cycle *Stats) {
-	cycle.Cycles = 1
-	r.j.addStats(func(s *Stats) {
-		s.Counts.Add(cycle.Counts)
-		s.Misrouted += cycle.Misrouted
-		s.Cycles += cycle.Cycles
-	})
 }
 
 // settleOnExit learns, before a stop, whether a cycle whose commit was
@@ -509,7 +498,6 @@ func (r *runner) settleDoubt(committed []int64) {
 		}
 	}
 	r.log.Info("the cycle whose commit was ambiguous had committed", "input_offset", d.pos)
-	r.count(&d.cycle)
 	r.met.settled(&d.cycle)
 }
 
