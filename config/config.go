@@ -235,9 +235,23 @@ func (c *Config) ApplyDefaults() {
 	def(&c.Log.Format, "auto")
 }
 
-// Pipeline turns the dedup section into the stage configuration. Call it
-// on a validated config.
-func (c *Config) Pipeline() pipeline.Config {
+// Pipeline turns the dedup section into the stage configuration, with
+// defaults applied. On a config Load returned it cannot fail; on one
+// changed since, the error names the first field that does not parse.
+// Validation parses through the same function, so the two cannot drift.
+func (c *Config) Pipeline() (pipeline.Config, error) {
+	var first error
+	pc := c.parsePipeline(func(field string, err error) {
+		if first == nil {
+			first = fmt.Errorf("config: %s: %w", field, err)
+		}
+	})
+	return pc, first
+}
+
+// parsePipeline builds the stage configuration, calling bad for every
+// dedup field that does not parse; such a field keeps its zero value.
+func (c *Config) parsePipeline(bad func(field string, err error)) pipeline.Config {
 	pc := pipeline.Config{
 		Window:            c.Dedup.Window,
 		Generations:       c.Dedup.Generations,
@@ -247,14 +261,24 @@ func (c *Config) Pipeline() pipeline.Config {
 		ExpectedKeys:      c.Dedup.ExpectedKeys,
 		FalsePositiveRate: c.Dedup.FalsePositiveRate,
 	}
-	pc.Mode, _ = pipeline.ParseMode(c.Dedup.Mode)
-	pc.TimeBase, _ = pipeline.ParseTimeBase(c.Dedup.TimeBase)
-	for _, k := range c.Dedup.Key {
-		f, _ := partition.ParseField(k)
+	var err error
+	if pc.Mode, err = pipeline.ParseMode(c.Dedup.Mode); err != nil {
+		bad("dedup.mode", fmt.Errorf("must be one of first, version, got %q", c.Dedup.Mode))
+	}
+	if pc.TimeBase, err = pipeline.ParseTimeBase(c.Dedup.TimeBase); err != nil {
+		bad("dedup.time_base", fmt.Errorf("must be one of record, processing, got %q", c.Dedup.TimeBase))
+	}
+	for i, k := range c.Dedup.Key {
+		f, err := partition.ParseField(k)
+		if err != nil {
+			bad(fmt.Sprintf("dedup.key[%d]", i), err)
+		}
 		pc.Key = append(pc.Key, f)
 	}
 	if c.Dedup.Version != "" {
-		pc.Version, _ = partition.ParseField(c.Dedup.Version)
+		if pc.Version, err = partition.ParseField(c.Dedup.Version); err != nil {
+			bad("dedup.version", err)
+		}
 	}
 	pc.ApplyDefaults()
 	return pc
@@ -367,24 +391,8 @@ func (c *Config) validate(v *validator) {
 			v.addf(fmt.Sprintf("assignment.partitions[%d]", i), "must be >= 0, got %d", p)
 		}
 	}
-	for i, k := range c.Dedup.Key {
-		if _, err := partition.ParseField(k); err != nil {
-			v.addf(fmt.Sprintf("dedup.key[%d]", i), "%v", err)
-		}
-	}
-	if _, err := pipeline.ParseMode(c.Dedup.Mode); err != nil {
-		v.addf("dedup.mode", "must be one of first, version, got %q", c.Dedup.Mode)
-	}
-	if _, err := pipeline.ParseTimeBase(c.Dedup.TimeBase); err != nil {
-		v.addf("dedup.time_base", "must be one of record, processing, got %q", c.Dedup.TimeBase)
-	}
-	if c.Dedup.Version != "" {
-		if _, err := partition.ParseField(c.Dedup.Version); err != nil {
-			v.addf("dedup.version", "%v", err)
-		}
-	}
 	// The stage's own validation names its fields "dedup.<name>" already.
-	pc := c.Pipeline()
+	pc := c.parsePipeline(func(field string, err error) { v.addf(field, "%v", err) })
 	if err := pc.Validate(); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			field, msg, _ := strings.Cut(line, ": ")

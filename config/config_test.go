@@ -34,7 +34,10 @@ func TestLoadGood(t *testing.T) {
 	if c.Output.DLQTopic != "orders-dlq" || c.Commit.Interval != 100*time.Millisecond || c.Dedup.MaxRecordBytes != 512<<10 {
 		t.Errorf("defaults not applied: dlq %q interval %v max_record_bytes %v", c.Output.DLQTopic, c.Commit.Interval, c.Dedup.MaxRecordBytes)
 	}
-	pc := c.Pipeline()
+	pc, err := c.Pipeline()
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := []partition.Field{{Source: partition.SourceJSON, Name: "order.id"}, {Source: partition.SourceJSON, Name: "status"}}
 	if !slices.Equal(pc.Key, want) || pc.Window != 2*time.Hour || pc.Mode != pipeline.ModeFirst || pc.Generations != 4 {
 		t.Errorf("pipeline config = %+v", pc)

@@ -181,6 +181,7 @@ type Job struct {
 	topics []string // the stages' input: the raw topics, or the repartition topic
 	codec  compress.Compression
 	partFn func(key []byte, n int) int // nil: no partition check
+	pc     pipeline.Config               // cfg's dedup section, parsed once in New
 
 	mu    sync.Mutex
 	stats Stats
@@ -220,10 +221,18 @@ func New(cfg *config.Config, opts Options) (*Job, error) {
 	case "zstd":
 		j.codec = compress.Zstd
 	}
+	var err error
+	if j.pc, err = cfg.Pipeline(); err != nil {
+		return nil, fmt.Errorf("job: %w (validate the config with config.Load)", err)
+	}
 	if slices.Equal(cfg.Dedup.Key, []string{"key"}) {
-		j.partFn, _ = partition.PartitionerByName(cfg.Input.Partitioner)
-		if cfg.Input.Partitioning == "repartition" {
+		switch {
+		case cfg.Input.Partitioning == "repartition":
 			j.partFn = partition.Murmur2Partition // how the route step places records
+		default:
+			if j.partFn, err = partition.PartitionerByName(cfg.Input.Partitioner); err != nil {
+				return nil, fmt.Errorf("job: input.partitioner: %w (validate the config with config.Load)", err)
+			}
 		}
 	}
 	return j, nil

@@ -111,7 +111,7 @@ state: {dir: %s}
 	b.Run("reprocess", func(b *testing.B) {
 		for b.Loop() {
 			os.RemoveAll(cfg.State.Dir)
-			stage, err := pipeline.Open(j.stateDir(0), cfg.Pipeline(), pipeline.Options{})
+			stage, err := pipeline.Open(j.stateDir(0), j.pc, pipeline.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -66,7 +66,7 @@ type router struct {
 var _ task = (*router)(nil)
 
 func newRouter(j *Job, src source, lay layout) (*router, error) {
-	keyer, err := pipeline.NewKeyer(j.cfg.Pipeline())
+	keyer, err := pipeline.NewKeyer(j.pc)
 	if err != nil {
 		return nil, err
 	}

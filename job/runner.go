@@ -177,7 +177,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 func (r *runner) open() error {
 	cfg := r.j.cfg
 	var err error
-	r.stage, err = pipeline.Open(r.j.stateDir(r.p), cfg.Pipeline(), pipeline.Options{
+	r.stage, err = pipeline.Open(r.j.stateDir(r.p), r.j.pc, pipeline.Options{
 		Clock:  r.j.opts.Clock,
 		Logger: r.log,
 		Store: statestore.Options{
@@ -349,7 +349,7 @@ const windowTail = 1000
 // With the window on processing time, on a LogAppendTime output topic, or
 // when no timestamp is found, the whole partition is read.
 func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, error) {
-	pc := r.j.cfg.Pipeline()
+	pc := &r.j.pc
 	if pc.TimeBase != pipeline.RecordTime || offs.LastStable <= offs.Earliest {
 		return offs.Earliest, nil
 	}

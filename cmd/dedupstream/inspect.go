@@ -73,7 +73,11 @@ func cmdInspect(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, err)
 			return exitUsage
 		}
-		pc := cfg.Pipeline()
+		pc, err := cfg.Pipeline()
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			return exitUsage
+		}
 		in.root, in.window, in.gens = cfg.State.Dir, pc.Window, pc.Generations
 	}
 	if *state != "" {

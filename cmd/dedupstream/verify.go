@@ -82,7 +82,11 @@ func cmdVerify(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "%s: %v\n", *cfgPath, err)
 			return exitUsage
 		}
-		pc := cfg.Pipeline()
+		pc, err := cfg.Pipeline()
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", *cfgPath, err)
+			return exitUsage
+		}
 		s.brokers, s.topic, s.window, s.maxKey = cfg.Kafka.Brokers, cfg.Output.Topic, pc.Window, pc.MaxKeyBytes
 		keySpec = strings.Join(cfg.Dedup.Key, ",")
 	}
