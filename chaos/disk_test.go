@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
 )
 
@@ -80,12 +81,12 @@ func TestDiskFaults(t *testing.T) {
 		fault := &diskFault{sync: i%2 == 1}
 		p := r.intn(parts)
 		j := r.startJob(func(o *job.Options) {
-			o.StoreFS = func(part int) vfs.FS {
+			testhook.Set(o, testhook.Hooks{StoreFS: func(part int) vfs.FS {
 				if part != p {
 					return nil
 				}
 				return errorfs.Wrap(vfs.Default, fault)
-			}
+			}})
 		})
 		fed := make(chan error, 1)
 		go func() { fed <- feedPaced(ctx, prod, chunks[i]) }()

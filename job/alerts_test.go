@@ -85,10 +85,9 @@ func expressions(t *testing.T) (alerts, panels map[string][]string) {
 // _count series); every required alert exists; the dashboard shows what the
 // alerts watch.
 func TestAlertAndDashboardMetrics(t *testing.T) {
-	t.Cleanup(job.SetStateEvery(0))
 	e := newEnv(t)
 	w := e.workload(12, 1_000, 200)
-	r := e.start(e.config("0, 1, 2, 3"))
+	r := e.start(e.config("0, 1, 2, 3"), everyCommit)
 	e.produce(w.Records)
 	e.waitCommitted(r, 1, 30*time.Second)
 	e.stop(r)

@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/kafkaauth"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/dedupstream/dedupstream/sink"
@@ -79,24 +79,34 @@ type Options struct {
 	// the defaults of packages sink and fetch.
 	RequestTimeout time.Duration
 	RetryTimeout   time.Duration
-	// Failpoint, when set, is called at named points for crash tests:
-	// FailpointProduced (a cycle's records are produced, EndTxn not sent),
-	// FailpointCommitted (the transaction committed, the store not yet) and
-	// FailpointRestored (one batch restored from the output, more may
-	// follow). The default value is nil.
-	Failpoint func(name string)
-	// StoreFS, when set, returns the file system of partition p's state
-	// store; fault tests wrap the real one in pebble's errorfs. The default
-	// value is nil: every store uses the operating system's files.
-	StoreFS func(p int) vfs.FS
+
+	// hooks are the tests' seam (internal/testhook); zero in production.
+	hooks testhook.Hooks
 }
 
-// Failpoint names; see Options.Failpoint.
-const (
-	FailpointProduced  = "produced"
-	FailpointCommitted = "committed"
-	FailpointRestored  = "restored"
-)
+func init() {
+	testhook.Register(func(opts any, h testhook.Hooks) { opts.(*Options).hooks = h })
+}
+
+// defaultStateEvery is how often a stage refreshes the state metrics (Bloom
+// fill, store bytes per generation, disk usage): the Bloom statistics cost a
+// pass over the filter's memory, about 1 ms per 10 MB.
+const defaultStateEvery = 10 * time.Second
+
+// stateEvery is the state metrics' refresh interval.
+func (o *Options) stateEvery() time.Duration {
+	if o.hooks.StateEvery > 0 {
+		return o.hooks.StateEvery
+	}
+	return defaultStateEvery
+}
+
+// failpoint calls the test hook of failpoint name, if any.
+func (o *Options) failpoint(name string) {
+	if o.hooks.Failpoint != nil {
+		o.hooks.Failpoint(name)
+	}
+}
 
 // applyDefaults fills the unset options. Its only error is a TLS or SASL
 // file that became unreadable since the config was validated.
@@ -120,9 +130,6 @@ func (o *Options) applyDefaults(cfg *config.Config) error {
 	}
 	if o.Clock == nil {
 		o.Clock = time.Now
-	}
-	if o.Failpoint == nil {
-		o.Failpoint = func(string) {}
 	}
 	if o.Backoff <= 0 {
 		o.Backoff = DefaultBackoff
@@ -181,7 +188,7 @@ type Job struct {
 	topics []string // the stages' input: the raw topics, or the repartition topic
 	codec  compress.Compression
 	partFn func(key []byte, n int) int // nil: no partition check
-	pc     pipeline.Config               // cfg's dedup section, parsed once in New
+	pc     pipeline.Config             // cfg's dedup section, parsed once in New
 
 	mu    sync.Mutex
 	stats Stats

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/pipeline"
 )
 
@@ -15,8 +16,7 @@ import (
 // per-batch and per-cycle metric hooks allocate nothing, however many
 // records a batch holds.
 func TestMetricsHooksDoNotAllocate(t *testing.T) {
-	defer SetStateEvery(time.Hour)()
-	j := &Job{topics: []string{"raw"}}
+	j := &Job{topics: []string{"raw"}, opts: Options{hooks: testhook.Hooks{StateEvery: time.Hour}}}
 	m := newStageMetrics(j, 0, func(string, ...any) {})
 	m.lastState = time.Now()
 	var b fetch.Batch
@@ -87,8 +87,7 @@ func TestRestoreProgress(t *testing.T) {
 // BenchmarkMetricsHooks measures what the metric hooks cost per record: a
 // cycle of two 5000-record batches and its commit (state refresh off).
 func BenchmarkMetricsHooks(b *testing.B) {
-	defer SetStateEvery(time.Hour)()
-	j := &Job{topics: []string{"raw"}}
+	j := &Job{topics: []string{"raw"}, opts: Options{hooks: testhook.Hooks{StateEvery: time.Hour}}}
 	m := newStageMetrics(j, 0, func(string, ...any) {})
 	m.lastState = time.Now()
 	var batch fetch.Batch

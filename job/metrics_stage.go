@@ -15,11 +15,6 @@ import (
 	"time"
 )
 
-// stateEvery is how often a runner refreshes the state metrics (Bloom fill,
-// store bytes per generation, disk usage): the Bloom statistics cost a pass
-// over the filter's memory, about 1 ms per 10 MB.
-var stateEvery = 10 * time.Second
-
 // partMetrics are one partition's metrics. The Job keeps them across runs
 // of the partition's runner so that counters stay monotonic.
 type partMetrics struct {
@@ -86,13 +81,14 @@ type stageMetrics struct {
 	lso       []int64   // per raw topic: last stable offset of the latest fetch
 	e2e       hist      // scratch for one cycle
 	lastState time.Time
+	every     time.Duration // state refresh interval
 
 	restoreFrom int64
 	restoreProg *progress.Progress
 }
 
 func newStageMetrics(j *Job, p int, log func(msg string, args ...any)) *stageMetrics {
-	m := &stageMetrics{pm: j.partition(p), log: log, lso: make([]int64, len(j.topics)), e2e: newHist(e2eBuckets), restoreFrom: -1}
+	m := &stageMetrics{pm: j.partition(p), log: log, every: j.opts.stateEvery(), lso: make([]int64, len(j.topics)), e2e: newHist(e2eBuckets), restoreFrom: -1}
 	for i := range m.lso {
 		m.lso[i] = -1
 	}
@@ -129,7 +125,7 @@ func (m *stageMetrics) batch(b *fetch.Batch, t int, pos int64, cycleIn uint64) {
 }
 
 // committed publishes a committed cycle: its counters, its latencies, the
-// lag against the new committed positions pos, and every stateEvery the
+// lag against the new committed positions pos, and every m.every the
 // state statistics of stage.
 func (m *stageMetrics) committed(pos []int64, cycle *Stats, stage *pipeline.Stage) {
 	now := time.Now()
@@ -154,7 +150,7 @@ func (m *stageMetrics) committed(pos []int64, cycle *Stats, stage *pipeline.Stag
 		}
 	}
 	var st stateStats
-	refresh := now.Sub(m.lastState) >= stateEvery
+	refresh := now.Sub(m.lastState) >= m.every
 	if refresh {
 		m.lastState = now
 		st = readState(stage)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/dedupstream/dedupstream/partition"
@@ -114,14 +115,16 @@ func expectPerPartition(w *jobtest.Workload) map[int]*expectation {
 	return want
 }
 
+// everyCommit makes the job refresh its state metrics on every commit.
+func everyCommit(o *job.Options) { testhook.Set(o, testhook.Hooks{StateEvery: time.Nanosecond}) }
+
 // TestMetrics runs the job on the embedded broker and checks every
 // per-partition metric against counts computed from the workload itself.
 func TestMetrics(t *testing.T) {
-	t.Cleanup(job.SetStateEvery(0)) // refresh state metrics on every commit
 	e := newEnv(t)
 	w := e.workload(11, 6_000, 1_500)
 	cfg := e.config("0, 1, 2, 3")
-	r := e.start(cfg)
+	r := e.start(cfg, everyCommit) // refresh state metrics on every commit
 	startMs := time.Now().UnixMilli()
 	// Input arrives while the job runs, over several cycles.
 	for deadline := time.Now().Add(30 * time.Second); !r.job.Ready(); time.Sleep(10 * time.Millisecond) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/dedupstream/dedupstream/sink"
 	"github.com/dedupstream/dedupstream/statestore"
@@ -115,12 +116,13 @@ func fatalf(format string, args ...any) error {
 	return &fatalError{fmt.Errorf(format, args...)}
 }
 
-// storeFS is Options.StoreFS for this partition, or nil for the default.
+// storeFS is the test hook's file system for this partition's store, or
+// nil for the operating system's files.
 func (r *runner) storeFS() vfs.FS {
-	if r.j.opts.StoreFS == nil {
+	if r.j.opts.hooks.StoreFS == nil {
 		return nil
 	}
-	return r.j.opts.StoreFS(r.p)
+	return r.j.opts.hooks.StoreFS(r.p)
 }
 
 func classify(err error) kind {
@@ -317,7 +319,7 @@ func (r *runner) recover(ctx context.Context) error {
 			}
 			restored += len(b.Records)
 			r.met.restored(from, offs.LastStable, b)
-			r.j.opts.Failpoint(FailpointRestored)
+			r.j.opts.failpoint(testhook.Restored)
 			return nil
 		})
 		if err != nil {
@@ -423,7 +425,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	}
 	err := r.prod.SendOffsets(ctx, r.group, offsets)
 	if err == nil {
-		r.j.opts.Failpoint(FailpointProduced)
+		r.j.opts.failpoint(testhook.Produced)
 		if err = r.prod.Commit(ctx); err != nil {
 			r.doubt = &doubtfulCycle{pos: slices.Clone(pos), cycle: *cycle}
 		}
@@ -433,7 +435,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	}
 	// The transaction committed: the output is the truth from here on. A
 	// failed store commit leaves the store behind, which recovery repairs.
-	r.j.opts.Failpoint(FailpointCommitted)
+	r.j.opts.failpoint(testhook.Committed)
 	if err := r.stage.Commit(r.checkpoint(pos, r.outNext)); err != nil {
 		return fatalf("commit state at input offsets %v: %w", pos, err)
 	}

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupstream/dedupstream/job"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 )
 
@@ -103,13 +103,13 @@ func TestKillLoop(t *testing.T) {
 		fp := ""
 		switch i % 4 {
 		case 1:
-			fp = fmt.Sprintf("%s:%d", job.FailpointProduced, 1+rng.IntN(3))
+			fp = fmt.Sprintf("%s:%d", testhook.Produced, 1+rng.IntN(3))
 		case 2:
-			fp = fmt.Sprintf("%s:%d", job.FailpointCommitted, 1+rng.IntN(3))
+			fp = fmt.Sprintf("%s:%d", testhook.Committed, 1+rng.IntN(3))
 		case 3:
 			// The previous run died between EndTxn and the store commit,
 			// so this one starts with a store behind the output.
-			fp = job.FailpointRestored + ":1"
+			fp = testhook.Restored + ":1"
 		}
 		ch := startChild(t, cfgPath, fp)
 		var wait time.Duration

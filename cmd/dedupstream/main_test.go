@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
 )
 
@@ -46,7 +47,7 @@ func failpointHook(fp string) func(*job.Options) {
 	stop := len(parts) > 2 && parts[2] == "stop"
 	var hits atomic.Int64
 	return func(o *job.Options) {
-		o.Failpoint = func(at string) {
+		testhook.Set(o, testhook.Hooks{Failpoint: func(at string) {
 			if at != name {
 				return
 			}
@@ -58,7 +59,7 @@ func failpointHook(fp string) func(*job.Options) {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {} // wait for the signal
 			}
-		}
+		}})
 	}
 }
 

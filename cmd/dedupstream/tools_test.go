@@ -17,6 +17,7 @@ import (
 
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/dedupstream/dedupstream/partition"
@@ -271,8 +272,9 @@ commit: {interval: 30ms}
 		t.Fatal(err)
 	}
 	hold, release := make(chan struct{}), make(chan struct{})
-	j2, url, stop2 := start(job.Options{Failpoint: func(name string) {
-		if name == job.FailpointRestored {
+	var o2 job.Options
+	testhook.Set(&o2, testhook.Hooks{Failpoint: func(name string) {
+		if name == testhook.Restored {
 			select {
 			case hold <- struct{}{}:
 				<-release
@@ -280,6 +282,7 @@ commit: {interval: 30ms}
 			}
 		}
 	}})
+	j2, url, stop2 := start(o2)
 	<-hold
 	for deadline := time.Now().Add(30 * time.Second); j2.Stats().Ready < parts-1; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dedupstream/dedupstream/job"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 )
 
@@ -31,7 +31,7 @@ func TestGroupZombie(t *testing.T) {
 	// instance is always in the middle of a cycle.
 	fed := e.feed(60, 80*time.Millisecond)
 	commit := "{interval: 30ms, max_records: 300}"
-	a := startChild(t, e.config("a", groupAssignment, commit, "info"), job.FailpointProduced+":15:stop")
+	a := startChild(t, e.config("a", groupAssignment, commit, "info"), testhook.Produced+":15:stop")
 	a.waitOutput(t, "failpoint produced: stopping myself", 30*time.Second)
 	waitStopped(t, a)
 	b := startChild(t, e.config("b", groupAssignment, commit, "info"), "")
