@@ -63,10 +63,11 @@ fuzz:
 		done; \
 	done
 
-## lint: formatting and vet must be clean
+## lint: gofmt, go vet and staticcheck (pinned by go.mod's tool directive) must be clean
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

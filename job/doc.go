@@ -46,7 +46,7 @@
 //
 // In assignment mode group the consumer group "<job.id>" (kafka-go's
 // ConsumerGroup) assigns partitions in generations. The job's balancer,
-// "dedupstream-copartitioned", assigns partition numbers rather than topic
+// "dedupstream-copartitioned" (package job/balance), assigns partition numbers rather than topic
 // partitions, so a member owns partition p of every raw topic or of none,
 // and it is sticky: members report the partitions they own and keep them up
 // to a fair share (shares differ by at most one), because a partition that
@@ -138,6 +138,22 @@
 // kafka.tls and kafka.sasl say, so fetch, transactions, offsets, metadata
 // and the consumer group all use them; a broker refusing them stops Run at
 // start-up with ErrAuth.
+//
+// # Files
+//
+// One concern per file: cycle.go is the cycle driver, the one supervisor
+// (recover, run cycles, classify the failure, back off) and the one cycle
+// loop (begin; fetch, decide, produce batch by batch; settle), over a small
+// task interface that the stage (runner.go) and the route step (route.go)
+// implement. txn.go takes a transactional id over and aborts; group.go runs
+// consumer-group generations with the balancer of package job/balance;
+// admin.go holds the Kafka admin look-ups (the topic check at start-up, the
+// groups' committed offsets); checkpoint.go is the checkpoint codec;
+// records.go turns fetched records into the stage's; metrics.go is the
+// Prometheus collector, metrics_stage.go what stages publish to it and
+// metrics_hist.go the bulk-filled histogram. Stats' stage counters have one
+// source, the partitions' metrics, which Job.Stats sums. Tests reach into
+// a job only through internal/testhook.
 //
 // # Metrics
 //
