@@ -103,8 +103,6 @@ func (c *cursor) varbytes() []byte {
 	return c.next(int(n))
 }
 
-func (c *cursor) skipString() { c.next(int(c.int16())) }
-
 // abortedTxn is one entry of a fetch response's AbortedTransactions.
 type abortedTxn struct {
 	producerID  int64

@@ -1,7 +1,6 @@
 package sink
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -198,6 +197,3 @@ func isLeaderCode(code kafka.Error) bool {
 	}
 	return false
 }
-
-// isCallerDone reports whether ctx, the caller's context, ended.
-func isCallerDone(ctx context.Context) bool { return ctx.Err() != nil }
