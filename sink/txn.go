@@ -149,14 +149,9 @@ func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) e
 		partition: -1,
 		build:     func() protocol.Message { return p.txnOffsetCommit(g, offsets) },
 		code: func(m protocol.Message) kafka.Error {
-			for _, t := range m.(*txnoffsetcommit.Response).Topics {
-				for _, pt := range t.Partitions {
-					if pt.ErrorCode != 0 {
-						return kafka.Error(pt.ErrorCode)
-					}
-				}
-			}
-			return 0
+			return firstCode(m.(*txnoffsetcommit.Response).Topics,
+				func(t *txnoffsetcommit.ResponseTopic) []txnoffsetcommit.ResponsePartition { return t.Partitions },
+				func(pt *txnoffsetcommit.ResponsePartition) int16 { return pt.ErrorCode })
 		},
 	})
 	if err != nil {
@@ -288,20 +283,29 @@ func (p *Producer) addPartition(ctx context.Context, tp topicPartition) error {
 			}
 		},
 		code: func(m protocol.Message) kafka.Error {
-			for _, t := range m.(*addpartitionstotxn.Response).Results {
-				for _, pt := range t.Results {
-					if pt.ErrorCode != 0 {
-						return kafka.Error(pt.ErrorCode)
-					}
-				}
-			}
-			return 0
+			return firstCode(m.(*addpartitionstotxn.Response).Results,
+				func(t *addpartitionstotxn.ResponseResult) []addpartitionstotxn.ResponsePartition { return t.Results },
+				func(pt *addpartitionstotxn.ResponsePartition) int16 { return pt.ErrorCode })
 		},
 	})
 	if err == nil {
 		p.txnParts[tp] = struct{}{}
 	}
 	return err
+}
+
+// firstCode is the error of a per-topic, per-partition response: the first
+// partition's non-zero error code, or 0 when every partition succeeded.
+func firstCode[T, P any](topics []T, parts func(*T) []P, code func(*P) int16) kafka.Error {
+	for i := range topics {
+		ps := parts(&topics[i])
+		for j := range ps {
+			if c := code(&ps[j]); c != 0 {
+				return kafka.Error(c)
+			}
+		}
+	}
+	return 0
 }
 
 // batchLen returns how many leading records of recs fit in one batch of at
