@@ -198,13 +198,12 @@ func (pm *partMetrics) addCycle(cycle *Stats) {
 // goroutine, between cycles, so the store is neither closed nor written
 // meanwhile.
 func readState(stage *pipeline.Stage) stateStats {
-	f := stage.Filter()
-	cur := stage.Generation()
-	live := int(f.Config().Generations)
-	st := stateStats{valid: true, generation: cur, disk: stage.Store().DiskUsage(),
+	ps := stage.Stats()
+	cur, live := ps.Generation, ps.LiveGenerations
+	st := stateStats{valid: true, generation: cur, disk: ps.DiskBytes,
 		keys: make([]uint64, live), bytes: make([]uint64, live), fill: make([]float64, live)}
 	miss := 1.0
-	for _, g := range f.Stats() {
+	for _, g := range ps.Filter {
 		if age := cur - g.Gen; age < uint64(live) {
 			st.keys[age] = g.Added
 			st.fill[age] = g.FillRatio
@@ -212,11 +211,9 @@ func readState(stage *pipeline.Stage) stateStats {
 		miss *= 1 - g.EstimatedFPR
 	}
 	st.fpr = 1 - miss
-	if gens, err := stage.Store().Generations(); err == nil {
-		for _, g := range gens {
-			if g.Gen <= cur && cur-g.Gen < uint64(live) {
-				st.bytes[cur-g.Gen] = g.Bytes
-			}
+	for _, g := range ps.Store {
+		if g.Gen <= cur && cur-g.Gen < uint64(live) {
+			st.bytes[cur-g.Gen] = g.Bytes
 		}
 	}
 	return st

@@ -436,12 +436,6 @@ func (s *Stage) State() statestore.State { return s.store.State() }
 // Generation is the stage's current (newest) generation.
 func (s *Stage) Generation() uint64 { return s.cur }
 
-// Filter exposes the Bloom front for statistics.
-func (s *Stage) Filter() *filter.Filter { return s.filter }
-
-// Store exposes the exact store for statistics.
-func (s *Stage) Store() *statestore.Store { return s.store }
-
 // Close forgets the open cycle, writes the Bloom snapshot that lets the
 // next Open skip the rebuild, and closes the store. After a store failure
 // no snapshot is written and the next Open rebuilds.

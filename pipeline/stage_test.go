@@ -61,7 +61,7 @@ func TestProcessSteadyStateAllocatesNothing(t *testing.T) {
 	// The first commit expired everything below the window: a range
 	// deletion that costs Pebble one iterator allocation per read while it
 	// sits in the memtable (the store flushes it within 10s; here at once).
-	if err := s.Store().Compact(); err != nil {
+	if err := s.store.Compact(); err != nil {
 		t.Fatal(err)
 	}
 	fill()

@@ -176,13 +176,13 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		Latency:       latencyOf(fmt.Sprintf("batch of %d records (Process + Commit)", engineBatch), lat),
 		RSSStartBytes: base, RSSPeakBytes: peak,
 	}
-	f := st.Filter()
+	ps := st.Stats()
 	keys := float64(spec.KeysPerWindow)
-	bloomBytes := f.BytesPerKey() * float64(f.Config().KeysPerGeneration) * float64(f.Config().Generations)
+	bloomBytes := ps.FilterBytes
 	res.MemBytesPerKey = float64(peak-base) / keys
 	res.MemBeyondBloomPerKey = (float64(peak-base) - bloomBytes) / keys
 	res.BloomBytesPerKey = bloomBytes / keys
-	res.BloomFPRateEst = f.EstimatedFalsePositiveRate()
+	res.BloomFPRateEst = ps.EstimatedFPR
 	if n := total.FalsePositives + total.BloomNegative; n > 0 {
 		res.BloomFPRate = float64(total.FalsePositives) / float64(n)
 	}
