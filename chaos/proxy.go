@@ -265,10 +265,3 @@ func (ps Proxies) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// Kafka api keys the suite looks at.
-const (
-	apiProduce  int16 = 0
-	apiMetadata int16 = 3
-	apiEndTxn   int16 = 26
-)

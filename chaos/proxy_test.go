@@ -12,6 +12,13 @@ import (
 
 // fakeBroker answers every request frame with a response frame carrying the
 // request's correlation id and api key.
+// Kafka api keys the suite looks at (only its tests name them).
+const (
+	apiProduce  int16 = 0
+	apiMetadata int16 = 3
+	apiEndTxn   int16 = 26
+)
+
 func fakeBroker(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
