@@ -83,7 +83,12 @@ func (e *KeyError) Error() string {
 
 // ReasonOf returns the Reason of the first *KeyError in err's chain.
 func ReasonOf(err error) (Reason, bool) {
-	var ke *KeyError
+	if ke, ok := err.(*KeyError); ok {
+		// The unwrapped error the extractor returns: no allocation, so the
+		// stage's DLQ path stays allocation-free.
+		return ke.Reason, true
+	}
+	var ke *KeyError // escapes to errors.As: allocated on this path only
 	if errors.As(err, &ke) {
 		return ke.Reason, true
 	}

@@ -63,10 +63,11 @@ func (k *Keyer) identity(r *Record) ([]byte, uint64, error) {
 	return key, version, nil
 }
 
-// reasonOf names the DLQ reason of a key or version extraction failure.
+// reasonOf names the DLQ reason of a key or version extraction failure:
+// partition.ReasonOf's, or invalid_record for an error without one.
 func reasonOf(err error) string {
-	if ke, ok := err.(*partition.KeyError); ok {
-		return ke.Reason.String()
+	if r, ok := partition.ReasonOf(err); ok {
+		return r.String()
 	}
 	return "invalid_record"
 }
