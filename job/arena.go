@@ -38,9 +38,7 @@ func (a *arena) reset(b *fetch.Batch, dead int) {
 // the reason and its source (topic, partition, offset) in headers.
 func (a *arena) record(fr *fetch.Record, reason string, topic []byte, partition int) sink.Record {
 	h0 := len(a.headers)
-	for _, h := range fr.Headers {
-		a.headers = append(a.headers, sink.Header{Key: h.Key, Value: h.Value})
-	}
+	a.headers = append(a.headers, fr.Headers...)
 	if reason != "" {
 		t0 := len(a.text)
 		a.text = append(a.text, reason...)

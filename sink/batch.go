@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go/compress"
+	"github.com/segmentio/kafka-go/protocol"
 )
 
 // Record is one record to produce.
@@ -24,11 +25,10 @@ type Record struct {
 	Time time.Time
 }
 
-// Header is a record header.
-type Header struct {
-	Key   string
-	Value []byte
-}
+// Header is a record header: kafka-go's protocol.Header, the type package
+// fetch and package partition use too, so headers pass from a fetched
+// record to a produced one without conversion.
+type Header = protocol.Header
 
 // BatchHeader carries the batch-level fields of a record batch v2 that the
 // producer chooses.

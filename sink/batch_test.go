@@ -23,9 +23,9 @@ var t0 = time.UnixMilli(1_700_000_000_123)
 func shapes() []Record {
 	return []Record{
 		{Key: []byte("k0"), Value: []byte("v0"), Time: t0},
-		{Value: []byte("value-1"), Headers: []Header{{"h1", []byte("x")}, {"h2", nil}}, Time: t0.Add(5 * time.Millisecond)},
+		{Value: []byte("value-1"), Headers: []Header{{Key: "h1", Value: []byte("x")}, {Key: "h2", Value: nil}}, Time: t0.Add(5 * time.Millisecond)},
 		{Key: []byte("k2"), Time: t0.Add(-3 * time.Millisecond)},
-		{Key: []byte{}, Value: []byte{}, Headers: []Header{{"", []byte{}}}, Time: t0.Add(time.Second)},
+		{Key: []byte{}, Value: []byte{}, Headers: []Header{{Key: "", Value: []byte{}}}, Time: t0.Add(time.Second)},
 		{Key: bytes.Repeat([]byte("K"), 300), Value: bytes.Repeat([]byte("0123456789"), 2000), Time: t0.Add(2 * time.Millisecond)},
 	}
 }
@@ -35,7 +35,7 @@ func shapes() []Record {
 func TestAppendBatchGolden(t *testing.T) {
 	recs := []Record{
 		{Key: []byte("a"), Value: []byte("bc"), Time: time.UnixMilli(1000)},
-		{Value: []byte("d"), Headers: []Header{{"h", nil}}, Time: time.UnixMilli(998)},
+		{Value: []byte("d"), Headers: []Header{{Key: "h", Value: nil}}, Time: time.UnixMilli(998)},
 	}
 	h := BatchHeader{ProducerID: 0x0102030405060708, ProducerEpoch: 3, BaseSequence: 7, Transactional: true}
 	got, err := new(Encoder).AppendBatch(nil, h, recs)
