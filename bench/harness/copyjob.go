@@ -117,9 +117,7 @@ func (c *CopyJob) partition(ctx context.Context, p int, ready func()) error {
 			}
 			recs, headers = recs[:0], headers[:0]
 			for i := range batch.Records {
-				for _, h := range batch.Records[i].Headers {
-					headers = append(headers, sink.Header{Key: h.Key, Value: h.Value})
-				}
+				headers = append(headers, batch.Records[i].Headers...)
 			}
 			h0 := 0
 			for i := range batch.Records {
