@@ -27,6 +27,8 @@ type Config struct {
 	Dedup      Dedup      `yaml:"dedup"`
 	State      State      `yaml:"state"`
 	Commit     Commit     `yaml:"commit"`
+	Fetch      Fetch      `yaml:"fetch"`
+	Produce    Produce    `yaml:"produce"`
 	Metrics    Metrics    `yaml:"metrics"`
 	Log        Log        `yaml:"log"`
 }
@@ -230,6 +232,8 @@ func (c *Config) ApplyDefaults() {
 	if c.Commit.ShutdownTimeout == 0 {
 		c.Commit.ShutdownTimeout = 30 * time.Second
 	}
+	c.Fetch.applyDefaults()
+	c.Produce.applyDefaults()
 	def(&c.Metrics.Listen, "127.0.0.1:9464")
 	def(&c.Log.Level, "info")
 	def(&c.Log.Format, "auto")
@@ -411,6 +415,8 @@ func (c *Config) validate(v *validator) {
 	if c.Commit.ShutdownTimeout < 0 {
 		v.addf("commit.shutdown_timeout", "must be > 0, got %v", c.Commit.ShutdownTimeout)
 	}
+	c.Fetch.validate(v)
+	c.Produce.validate(v)
 	v.oneOf("log.level", c.Log.Level, "debug", "info", "warn", "error")
 	v.oneOf("log.format", c.Log.Format, "auto", "json", "text")
 }

@@ -112,7 +112,7 @@ func (f *Fetcher) newFetchExchange() *fetchExchange {
 	fx := &fetchExchange{req: fetch.Request{
 		ReplicaID:      -1,
 		MinBytes:       int32(f.opts.MinBytes),
-		MaxBytes:       responseMaxBytes(f.opts.MaxBytes),
+		MaxBytes:       int32(f.opts.MaxRequestBytes),
 		IsolationLevel: isolationReadCommitted,
 		SessionID:      0,
 		SessionEpoch:   -1, // full fetch, no incremental fetch session
@@ -133,15 +133,15 @@ func (f *Fetcher) newFetchExchange() *fetchExchange {
 	return fx
 }
 
-// responseMaxBytes is the response-level limit of a fetch whose one
+// responseMaxBytes is the default response-level limit of a fetch whose one
 // partition is limited to partitionMaxBytes. It is set well above the
 // partition limit, as Java's fetch.max.bytes (50 MiB) is above
 // max.partition.fetch.bytes (1 MiB), so that the partition limit is the one
 // that applies: kfake, when the response-level limit cuts a response, leaves
 // out the partition's AbortedTransactions, which would let aborted records
 // through.
-func responseMaxBytes(partitionMaxBytes int) int32 {
-	return int32(min(maxInt32, max(2*int64(partitionMaxBytes), 50<<20)))
+func responseMaxBytes(partitionMaxBytes int) int {
+	return int(min(maxInt32, max(2*int64(partitionMaxBytes), 50<<20)))
 }
 
 // Topic returns the fetched topic.

@@ -1,6 +1,7 @@
 package fetch
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -62,6 +63,12 @@ type Options struct {
 	// still returned whole (Kafka's KIP-74 rule), so progress never stalls.
 	// The default value is 1 MiB (Kafka's max.partition.fetch.bytes).
 	MaxBytes int
+	// MaxRequestBytes bounds the whole fetch response (Kafka's
+	// fetch.max.bytes); it must be at least MaxBytes, since a response cut
+	// by the request limit may leave out the partition's aborted
+	// transactions. The default value is the larger of 50 MiB and twice
+	// MaxBytes.
+	MaxRequestBytes int
 	// MaxWait is how long the broker holds a fetch that has less than
 	// MinBytes to return. A Fetch at the end of the partition returns an
 	// empty Batch after about MaxWait. The default value is 500ms.
@@ -100,6 +107,9 @@ func (o *Options) ApplyDefaults() {
 	if o.MaxBytes == 0 {
 		o.MaxBytes = DefaultMaxBytes
 	}
+	if o.MaxRequestBytes == 0 {
+		o.MaxRequestBytes = responseMaxBytes(o.MaxBytes)
+	}
 	if o.MaxWait == 0 {
 		o.MaxWait = DefaultMaxWait
 	}
@@ -134,6 +144,11 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxBytes < 0 || o.MaxBytes > maxInt32 {
 		bad("fetch.max_bytes: must be in [0, %d], got %d", maxInt32, o.MaxBytes)
+	}
+	if o.MaxRequestBytes < 0 || o.MaxRequestBytes > maxInt32 {
+		bad("fetch.max_request_bytes: must be in [0, %d], got %d", maxInt32, o.MaxRequestBytes)
+	} else if part := cmp.Or(o.MaxBytes, DefaultMaxBytes); o.MaxRequestBytes > 0 && o.MaxRequestBytes < part {
+		bad("fetch.max_request_bytes: must be >= max_bytes (%d), got %d", part, o.MaxRequestBytes)
 	}
 	if o.MinBytes > 0 && o.MaxBytes > 0 && o.MinBytes > o.MaxBytes {
 		bad("fetch.min_bytes: must be <= max_bytes (%d), got %d", o.MaxBytes, o.MinBytes)

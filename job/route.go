@@ -77,6 +77,7 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 		TransactionTimeout: cfg.Kafka.TransactionTimeout,
 		RequestTimeout:     j.opts.RequestTimeout,
 		RetryTimeout:       j.opts.RetryTimeout,
+		MaxBatchBytes:      int(cfg.Produce.BatchMaxBytes),
 		Compression:        j.codec,
 		Logger:             j.log,
 	})
@@ -84,11 +85,13 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 		return nil, err
 	}
 	in, err := fetch.New(j.client, src.topic, src.partition, fetch.Options{
-		MaxWait:        min(max(cfg.Commit.Interval, 10*time.Millisecond), fetch.DefaultMaxWait),
-		RequestTimeout: j.opts.RequestTimeout,
-		RetryTimeout:   j.opts.RetryTimeout,
-		ClientID:       cfg.Kafka.ClientID,
-		Logger:         j.log,
+		MaxWait:         min(max(cfg.Commit.Interval, 10*time.Millisecond), fetch.DefaultMaxWait),
+		MaxBytes:        int(cfg.Fetch.PartitionMaxBytes),
+		MaxRequestBytes: int(cfg.Fetch.RequestMaxBytes),
+		RequestTimeout:  j.opts.RequestTimeout,
+		RetryTimeout:    j.opts.RetryTimeout,
+		ClientID:        cfg.Kafka.ClientID,
+		Logger:          j.log,
 	})
 	if err != nil {
 		return nil, err

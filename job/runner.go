@@ -208,6 +208,7 @@ func (r *runner) connect() error {
 		TransactionTimeout: cfg.Kafka.TransactionTimeout,
 		RequestTimeout:     j.opts.RequestTimeout,
 		RetryTimeout:       j.opts.RetryTimeout,
+		MaxBatchBytes:      int(cfg.Produce.BatchMaxBytes),
 		Compression:        j.codec,
 		Logger:             r.log,
 	})
@@ -217,11 +218,13 @@ func (r *runner) connect() error {
 	// With several raw topics the fetchers take turns, so an idle topic may
 	// hold a cycle up for MaxWait each turn.
 	fo := fetch.Options{
-		MaxWait:        min(max(cfg.Commit.Interval/time.Duration(len(j.topics)), 10*time.Millisecond), fetch.DefaultMaxWait),
-		RequestTimeout: j.opts.RequestTimeout,
-		RetryTimeout:   j.opts.RetryTimeout,
-		ClientID:       cfg.Kafka.ClientID,
-		Logger:         r.log,
+		MaxWait:         min(max(cfg.Commit.Interval/time.Duration(len(j.topics)), 10*time.Millisecond), fetch.DefaultMaxWait),
+		MaxBytes:        int(cfg.Fetch.PartitionMaxBytes),
+		MaxRequestBytes: int(cfg.Fetch.RequestMaxBytes),
+		RequestTimeout:  j.opts.RequestTimeout,
+		RetryTimeout:    j.opts.RetryTimeout,
+		ClientID:        cfg.Kafka.ClientID,
+		Logger:          r.log,
 	}
 	for _, t := range j.topics {
 		f, err := fetch.New(j.client, t, r.p, fo)

@@ -6,7 +6,11 @@
 #   testenv/kafka.sh bounce N [--kill] stop node N cleanly (or SIGKILL it), restart it and wait
 #                                     until it is back in the ISR of every partition it replicates
 #   testenv/kafka.sh status           one line per node: id, address, pid, running or not
-#   testenv/kafka.sh brokers          the bootstrap list, host:port comma-separated
+#   testenv/kafka.sh brokers [direct|relay|delayed]
+#                                     the bootstrap list, host:port comma-separated; in netns
+#                                     mode also through the relay with or without the delay
+#   testenv/kafka.sh pids             the nodes' process ids, comma-separated (for CPU accounting)
+#   testenv/kafka.sh net-down         remove the namespace, veth pair and relay of netns mode
 #   testenv/kafka.sh ready            exit 0 if every node answers metadata, else say what is wrong
 #   testenv/kafka.sh fetch            only fetch the jars (start does it when needed)
 #
@@ -17,6 +21,20 @@
 # Environment: KAFKA_HOME (default <repo>/.kafka), KAFKA_PORT_BASE (default
 # 29090: node N listens on base+N for clients, base+100+N for the quorum),
 # KAFKA_HEAP (default 512m).
+#
+# Netns mode (KAFKA_NET=netns at start; root, ip, taskset and go needed): the
+# brokers run in a network namespace "dsk<base>" behind a veth pair with
+# private addresses 10.A.B.1 (this side) and 10.A.B.2 (the brokers' side),
+# A.B derived from the port base, pinned with taskset to KAFKA_CPUS (default
+# the last core). Clients reach them three ways ("brokers direct|relay|delayed"):
+# direct through the veth (base+N), through the relay netdelay without delay
+# (base+40+N) and through it with KAFKA_RTT_US microseconds of round trip
+# (default 1000; half each way, base+20+N). The relay runs on the brokers' cores,
+# so relay and delayed differ by the delay alone. The kernel's tc netem would be
+# the natural delay, but kernels built without sch_netem (and sch_fq) are common
+# in VMs; netdelay (testenv/netdelay) works on any. Replication between the
+# brokers stays inside the namespace, undelayed. stop (and a start that fails)
+# removes the namespace, the veth pair and the relay; net-down does it alone.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,12 +44,28 @@ data=$home/data
 base=${KAFKA_PORT_BASE:-29090}
 heap=${KAFKA_HEAP:-512m}
 pom=$repo/testenv/kafka/pom.xml
+ns=dsk$base
+veth=dsk${base}h
+ip_a=$((base / 256 % 256))
+ip_b=$((base % 256 / 4 * 4))
+host_ip=10.$ip_a.$ip_b.1
+ns_ip=10.$ip_a.$ip_b.2
+rtt_us=${KAFKA_RTT_US:-1000}
+cpus=${KAFKA_CPUS:-$(($(nproc) - 1))}
 
 die() { echo "kafka.sh: $*" >&2; exit 1; }
 log() { echo "kafka.sh: $*" >&2; }
 
 client_port() { echo $((base + $1)); }
 quorum_port() { echo $((base + 100 + $1)); }
+delayed_port() { echo $((base + 20 + $1)); }
+relay_port() { echo $((base + 40 + $1)); }
+
+# netns says whether the last started cluster runs in the namespace.
+netns() { [[ $(cat "$data/net" 2>/dev/null) == netns ]]; }
+
+# node_ip is the address the nodes listen on.
+node_ip() { if netns; then echo "$ns_ip"; else echo 127.0.0.1; fi; }
 
 # nodes prints the node ids of the cluster that was last started.
 nodes() {
@@ -40,9 +74,61 @@ nodes() {
 }
 
 brokers() {
-	local list=() n
-	for n in $(nodes); do list+=("127.0.0.1:$(client_port "$n")"); done
+	local via=${1:-direct} list=() n
+	[[ $via == direct ]] || netns || die "brokers $via: only in netns mode (KAFKA_NET=netns $0 start 3)"
+	for n in $(nodes); do
+		case $via in
+		direct) list+=("$(node_ip):$(client_port "$n")") ;;
+		relay) list+=("$host_ip:$(relay_port "$n")") ;;
+		delayed) list+=("$host_ip:$(delayed_port "$n")") ;;
+		*) die "usage: $0 brokers [direct|relay|delayed]" ;;
+		esac
+	done
 	(IFS=,; echo "${list[*]}")
+}
+
+# net_up makes the namespace, the veth pair and the relay of netns mode.
+net_up() {
+	[[ $(id -u) == 0 ]] || die "netns mode needs root (ip netns, veth)"
+	command -v taskset >/dev/null || die "netns mode needs taskset (util-linux)"
+	net_down
+	log "namespace $ns: $host_ip <-> $ns_ip, relay round trip ${rtt_us}us, brokers on cpus $cpus"
+	ip netns add "$ns"
+	ip link add "$veth" type veth peer name "${veth%h}n"
+	ip link set "${veth%h}n" netns "$ns"
+	ip addr add "$host_ip/30" dev "$veth"
+	ip link set "$veth" up
+	ip -n "$ns" addr add "$ns_ip/30" dev "${veth%h}n"
+	ip -n "$ns" link set "${veth%h}n" up
+	ip -n "$ns" link set lo up
+	mkdir -p "$home/bin"
+	(cd "$repo" && go build -o "$home/bin/netdelay" ./testenv/netdelay) || die "cannot build testenv/netdelay"
+}
+
+# relay_up starts the relay once the node count is known.
+relay_up() {
+	local count=$1 n routes=()
+	for n in $(seq 1 "$count"); do
+		routes+=(-route "$host_ip:$(relay_port "$n")=$ns_ip:$(relay_port "$n")@0s")
+		routes+=(-route "$host_ip:$(delayed_port "$n")=$ns_ip:$(delayed_port "$n")@$((rtt_us / 2))us")
+	done
+	setsid taskset -c "$cpus" "$home/bin/netdelay" "${routes[@]}" >"$data/netdelay.log" 2>&1 </dev/null &
+	echo $! >"$data/netdelay.pid"
+}
+
+# net_down removes what net_up made; it is safe to run when nothing is there.
+net_down() {
+	local pid
+	pid=$(cat "$data/netdelay.pid" 2>/dev/null || true)
+	if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then
+		kill -TERM "$pid" 2>/dev/null || true
+		for _ in 1 2 3 4 5; do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+		kill -KILL "$pid" 2>/dev/null || true
+	fi
+	rm -f "$data/netdelay.pid"
+	if ip link show "$veth" >/dev/null 2>&1; then ip link del "$veth"; fi
+	if ip netns list 2>/dev/null | grep -qx "$ns\( .*\)\?"; then ip netns del "$ns"; fi
+	return 0
 }
 
 # fetch_jars copies the broker's jars from Maven once per pom version.
@@ -71,7 +157,18 @@ running() {
 # write_config writes node n's server.properties for a cluster of count nodes.
 write_config() {
 	local n=$1 count=$2 voters=() i rf isr
-	for i in $(seq 1 "$count"); do voters+=("$i@127.0.0.1:$(quorum_port "$i")"); done
+	local ip listeners advertised protocols
+	ip=$(node_ip)
+	for i in $(seq 1 "$count"); do voters+=("$i@$ip:$(quorum_port "$i")"); done
+	listeners="PLAINTEXT://$ip:$(client_port "$n"),CONTROLLER://$ip:$(quorum_port "$n")"
+	advertised="PLAINTEXT://$ip:$(client_port "$n")"
+	protocols="PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+	if netns; then
+		# Clients of the relay get the relay's addresses in metadata.
+		listeners+=",RELAY://$ip:$(relay_port "$n"),DELAYED://$ip:$(delayed_port "$n")"
+		advertised+=",RELAY://$host_ip:$(relay_port "$n"),DELAYED://$host_ip:$(delayed_port "$n")"
+		protocols+=",RELAY:PLAINTEXT,DELAYED:PLAINTEXT"
+	fi
 	rf=$count
 	isr=$((count > 1 ? 2 : 1))
 	cat >"$data/node-$n/server.properties" <<EOF
@@ -79,9 +176,9 @@ process.roles=broker,controller
 node.id=$n
 controller.quorum.voters=$(IFS=,; echo "${voters[*]}")
 controller.listener.names=CONTROLLER
-listeners=PLAINTEXT://127.0.0.1:$(client_port "$n"),CONTROLLER://127.0.0.1:$(quorum_port "$n")
-advertised.listeners=PLAINTEXT://127.0.0.1:$(client_port "$n")
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=$listeners
+advertised.listeners=$advertised
+listener.security.protocol.map=$protocols
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$data/node-$n/log
 default.replication.factor=$rf
@@ -109,9 +206,10 @@ EOF
 }
 
 launch() {
-	local n=$1 dir=$data/node-$1
+	local n=$1 dir=$data/node-$1 wrap=()
+	if netns; then wrap=(ip netns exec "$ns" taskset -c "$cpus"); fi
 	# A small heap and the serial collector: several JVMs share two cores.
-	setsid java -Xms128m -Xmx"$heap" -XX:+UseSerialGC -Djava.awt.headless=true \
+	setsid "${wrap[@]}" java -Xms128m -Xmx"$heap" -XX:+UseSerialGC -Djava.awt.headless=true \
 		-Dlog4j2.configurationFile="$repo/testenv/kafka/log4j2.properties" \
 		-Dkafka.node.log="$dir/server.log" \
 		-cp "$lib/*" kafka.Kafka "$dir/server.properties" >"$dir/stdout.log" 2>&1 </dev/null &
@@ -157,9 +255,18 @@ cmd_start() {
 		for n in $(nodes); do running "$n" && die "node $n is running; '$0 stop' first"; done
 	fi
 	fetch_jars
+	[[ ${KAFKA_NET:-} == "" || ${KAFKA_NET:-} == netns ]] || die "KAFKA_NET: want netns or nothing, got $KAFKA_NET"
+	if [[ -f $data/net ]]; then net_down; fi
 	rm -rf "$data"
 	mkdir -p "$data"
 	echo "$count" >"$data/nodes"
+	if [[ ${KAFKA_NET:-} == netns ]]; then
+		echo netns >"$data/net"
+		# A start that fails half way leaves no namespace or node behind.
+		trap 'start_failed' EXIT
+		net_up
+		relay_up "$count"
+	fi
 	local cluster_id
 	cluster_id=$(java -cp "$lib/*" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
 	for n in $(seq 1 "$count"); do
@@ -172,7 +279,16 @@ cmd_start() {
 	done
 	for n in $(seq 1 "$count"); do launch "$n"; done
 	wait_until 180 "$count brokers registered" all_registered "$count"
+	trap - EXIT
 	log "ready: $(brokers)"
+	if netns; then log "through the relay: $(brokers relay); with ${rtt_us}us round trips: $(brokers delayed)"; fi
+}
+
+start_failed() {
+	local n
+	log "start failed: stopping what was started"
+	for n in $(nodes); do running "$n" && kill -KILL "$(pid_of "$n")" 2>/dev/null; done
+	net_down
 }
 
 stop_node() {
@@ -195,6 +311,7 @@ cmd_stop() {
 	# Stop in parallel: a controlled shutdown waits for the others' leadership moves.
 	for n in $(nodes); do stop_node "$n" TERM & done
 	wait
+	if netns; then net_down; fi
 	log "stopped"
 }
 
@@ -214,7 +331,7 @@ cmd_status() {
 	for n in $(nodes); do
 		state=stopped
 		running "$n" && state="running pid $(pid_of "$n")"
-		echo "node $n 127.0.0.1:$(client_port "$n") $state"
+		echo "node $n $(node_ip):$(client_port "$n") $state"
 	done
 }
 
@@ -230,8 +347,10 @@ start) cmd_start "${2:-}" ;;
 stop) cmd_stop ;;
 bounce) cmd_bounce "${2:-}" "${3:-}" ;;
 status) cmd_status ;;
-brokers) brokers ;;
+brokers) brokers "${2:-direct}" ;;
 ready) cmd_ready ;;
 fetch) fetch_jars ;;
-*) die "usage: $0 start 1|3 | stop | bounce N [--kill] | status | brokers | ready | fetch" ;;
+net-down) net_down ;;
+pids) for n in $(nodes); do running "$n" && pid_of "$n"; done | paste -sd, ;;
+*) die "usage: $0 start 1|3 | stop | bounce N [--kill] | status | brokers [direct|relay|delayed] | ready | fetch | pids | net-down" ;;
 esac

@@ -1,12 +1,14 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/sink"
 	"github.com/segmentio/kafka-go"
@@ -25,6 +27,10 @@ type CopyJob struct {
 	Partitions []int
 	Interval   time.Duration
 	MaxRecords int
+	// FetchMaxBytes and BatchMaxBytes are the per-partition fetch limit
+	// and the produce batch limit (0: the job's config defaults), so the
+	// copy job sends the requests the job sends.
+	FetchMaxBytes, BatchMaxBytes int
 }
 
 // Run copies until ctx ends, then commits the open cycle and returns.
@@ -65,14 +71,16 @@ func (c *CopyJob) Run(ctx context.Context, ready func()) error {
 }
 
 func (c *CopyJob) partition(ctx context.Context, p int, ready func()) error {
-	prod, err := sink.NewProducer(sink.Config{Client: c.Client, TransactionalID: fmt.Sprintf("%s-%d", c.Group, p)})
+	prod, err := sink.NewProducer(sink.Config{Client: c.Client, TransactionalID: fmt.Sprintf("%s-%d", c.Group, p),
+		MaxBatchBytes: cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes))})
 	if err != nil {
 		return err
 	}
 	if err := prod.Init(ctx); err != nil {
 		return err
 	}
-	fo := fetch.Options{MaxWait: min(max(c.Interval/time.Duration(len(c.Topics)), 10*time.Millisecond), fetch.DefaultMaxWait)}
+	fo := fetch.Options{MaxWait: min(max(c.Interval/time.Duration(len(c.Topics)), 10*time.Millisecond), fetch.DefaultMaxWait),
+		MaxBytes: cmp.Or(c.FetchMaxBytes, int(config.DefaultFetchPartitionMaxBytes))}
 	var ins []*fetch.Fetcher
 	for _, t := range c.Topics {
 		f, err := fetch.New(c.Client, t, p, fo)

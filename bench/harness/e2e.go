@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,7 +35,10 @@ type E2ECase struct {
 	Replication int16
 	Interval    time.Duration // commit interval of both jobs
 	MaxRecords  int           // records per commit cycle of both jobs
-	Dir         string        // parent of the state directories
+	// FetchMaxBytes (per partition) and BatchMaxBytes (produce) of both
+	// jobs; 0 is the job's config default.
+	FetchMaxBytes, BatchMaxBytes int
+	Dir                          string // parent of the state directories
 }
 
 // RunE2E runs an end-to-end case and returns one result per system and rep.
@@ -72,30 +76,9 @@ func RunE2E(ctx context.Context, c E2ECase, p *Progress) ([]Result, error) {
 		return nil, err
 	}
 	// Produce the stream once.
-	ends := make(map[string][]int64, len(raw))
-	for _, t := range raw {
-		ends[t] = make([]int64, spec.Partitions)
-	}
-	krecs := make([]*kgo.Record, engineBatch)
-	for i := range krecs {
-		krecs[i] = &kgo.Record{}
-	}
-	start := time.Now()
-	for done := 0; done < c.Records; {
-		in := g.Fill(min(engineBatch, c.Records-done))
-		batch := krecs[:len(in)]
-		for i := range in {
-			*batch[i] = kgo.Record{Topic: raw[in[i].Topic], Partition: int32(in[i].Partition), Key: in[i].Key, Value: in[i].Value, Timestamp: time.UnixMilli(in[i].TimestampMs)}
-		}
-		if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
-			return nil, fmt.Errorf("produce input: %w", err)
-		}
-		for _, r := range batch {
-			e := ends[r.Topic]
-			e[r.Partition] = max(e[r.Partition], r.Offset+1)
-		}
-		done += len(in)
-		p.Tick("%s: produced %s of %s input records (%s records/s)", caseName, count(uint64(done)), count(uint64(c.Records)), rate(uint64(done), time.Since(start)))
+	ends, _, err := produceStream(ctx, cl, g, raw, c.Records, p, caseName)
+	if err != nil {
+		return nil, err
 	}
 	truth := g.Counts()
 	p.Say("%s: input: %d records, %d distinct keys, %d duplicates (%.1f%%) over %d raw topics of %d partitions",
@@ -128,23 +111,10 @@ func RunE2E(ctx context.Context, c E2ECase, p *Progress) ([]Result, error) {
 			r.Seconds = took.Seconds()
 			r.RecordsPerSec = float64(truth.Records) / took.Seconds()
 			p.Say("%s rep %d %s: %s records in %.2fs = %s records/s; reading the output back read_committed", caseName, rep, sys, count(truth.Records), took.Seconds(), rate(truth.Records, took))
-			chk := workload.NewChecker(truth.New)
-			var out uint64
-			if err := readBack(ctx, brokers, name, spec.Partitions, func(key []byte) { out++; chk.EmitKey(key) }); err != nil {
+			if err := checkOutput(ctx, brokers, name, spec.Partitions, sys, truth, &r); err != nil {
 				return results, err
 			}
-			if sys == SysCopy {
-				// The copy job must copy every record once: the check is the
-				// record count, not the key ground truth.
-				r.Correct = workload.Verdict{Expected: truth.Records, Emitted: out}
-				if out < truth.Records {
-					r.Correct.Lost = truth.Records - out
-				} else {
-					r.Correct.Escaped = out - truth.Records
-				}
-				r.Note = "correctness: output records = input records"
-			} else {
-				r.Correct = chk.Result(truth)
+			if sys != SysCopy {
 				r.Note = "RSS includes the in-process embedded broker"
 				if caseName == CaseE2EExternal {
 					r.Note = ""
@@ -156,6 +126,64 @@ func RunE2E(ctx context.Context, c E2ECase, p *Progress) ([]Result, error) {
 		}
 	}
 	return results, nil
+}
+
+// checkOutput reads topic back read_committed with an independent client
+// and sets r.Correct: the copy job must copy every record once (a count
+// check), dedupstream must emit each key of the ground truth once.
+func checkOutput(ctx context.Context, brokers []string, topic string, partitions int, sys string, truth workload.Counts, r *Result) error {
+	chk := workload.NewChecker(truth.New)
+	var out uint64
+	if err := readBack(ctx, brokers, topic, partitions, func(key []byte) { out++; chk.EmitKey(key) }); err != nil {
+		return err
+	}
+	if sys != SysCopy {
+		r.Correct = chk.Result(truth)
+		return nil
+	}
+	r.Correct = workload.Verdict{Expected: truth.Records, Emitted: out}
+	if out < truth.Records {
+		r.Correct.Lost = truth.Records - out
+	} else {
+		r.Correct.Escaped = out - truth.Records
+	}
+	r.Note = "correctness: output records = input records"
+	return nil
+}
+
+// produceStream produces records of g's stream to the raw topics (partition
+// as the generator says) and returns each raw partition's end offset and the
+// bytes of keys and values produced.
+func produceStream(ctx context.Context, cl *kgo.Client, g *workload.Generator, raw []string, records int, p *Progress, caseName string) (map[string][]int64, uint64, error) {
+	var bytes uint64
+	spec := g.Spec()
+	ends := make(map[string][]int64, len(raw))
+	for _, t := range raw {
+		ends[t] = make([]int64, spec.Partitions)
+	}
+	krecs := make([]*kgo.Record, engineBatch)
+	for i := range krecs {
+		krecs[i] = &kgo.Record{}
+	}
+	start := time.Now()
+	for done := 0; done < records; {
+		in := g.Fill(min(engineBatch, records-done))
+		batch := krecs[:len(in)]
+		for i := range in {
+			*batch[i] = kgo.Record{Topic: raw[in[i].Topic], Partition: int32(in[i].Partition), Key: in[i].Key, Value: in[i].Value, Timestamp: time.UnixMilli(in[i].TimestampMs)}
+		}
+		if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+			return nil, 0, fmt.Errorf("produce input: %w", err)
+		}
+		for _, r := range batch {
+			bytes += uint64(len(r.Key) + len(r.Value))
+			e := ends[r.Topic]
+			e[r.Partition] = max(e[r.Partition], r.Offset+1)
+		}
+		done += len(in)
+		p.Tick("%s: produced %s of %s input records (%s records/s)", caseName, count(uint64(done)), count(uint64(records)), rate(uint64(done), time.Since(start)))
+	}
+	return ends, bytes, nil
 }
 
 // createTopics creates topics with partitions partitions; records are
@@ -270,6 +298,7 @@ func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, 
 		Client: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: &kafka.Transport{ClientID: "dsbench-copy", DialTimeout: 10 * time.Second}},
 		Topics: raw, Output: out, Group: out, Partitions: parts,
 		Interval: c.Interval, MaxRecords: c.MaxRecords,
+		FetchMaxBytes: c.FetchMaxBytes, BatchMaxBytes: c.BatchMaxBytes,
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -303,6 +332,8 @@ assignment: {partitions: [%s]}
 dedup: {window: %s, expected_keys: %d}
 state: {dir: %q}
 commit: {interval: %s, max_records: %d}
+fetch: {partition_max_bytes: %d}
+produce: {batch_max_bytes: %d}
 metrics: {listen: "off"}
 log: {level: warn}
 `
@@ -331,7 +362,8 @@ func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string,
 	// is shorter than the window.
 	perPartition := c.Spec.KeysPerWindow/c.Spec.Partitions*11/10 + 1000
 	text := fmt.Sprintf(jobConfig, out, quoteList(brokers), quoteList(raw), out, out+"-dlq", strings.Join(parts, ", "),
-		c.Spec.Window, perPartition, filepath.Join(dir, "state"), c.Interval, c.MaxRecords)
+		c.Spec.Window, perPartition, filepath.Join(dir, "state"), c.Interval, c.MaxRecords,
+		cmp.Or(c.FetchMaxBytes, int(config.DefaultFetchPartitionMaxBytes)), cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes)))
 	path := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		return 0, err

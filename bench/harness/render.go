@@ -19,6 +19,10 @@ func WriteMarkdown(w io.Writer, run *Run, rows []Row) {
 	}
 	for _, cs := range cases {
 		fmt.Fprintf(w, "### %s\n\n", cs)
+		if cs == CaseKafka {
+			writeKafkaTable(w, rows, run.Results)
+			continue
+		}
 		switch cs {
 		case CaseE2EEmbedded, CaseE2EExternal:
 			fmt.Fprintln(w, "| system | keys in window | dup (measured) | records | records/s (median, min-max) | vs copy job | store reads/record | Bloom FP rate | disk B/key | escaped | lost | valid |")

@@ -100,6 +100,19 @@ type Result struct {
 	CloseSec         float64 `json:"close_s,omitempty"`
 	ReadyRebuildSec  float64 `json:"ready_rebuild_s,omitempty"`
 	ReadySnapshotSec float64 `json:"ready_snapshot_s,omitempty"`
+	// Route names the broker list a real-cluster arm used (with or without
+	// the network delay). MBPerSec counts key and value bytes of the input.
+	// JobCPUSec is the CPU time of the job (this process, or the JVM of
+	// Kafka's tools) over the timed part, BrokerCPUSec that of the brokers,
+	// CPUUsPerRecord the job's per input record.
+	Route          string  `json:"route,omitempty"`
+	IntervalMs     int64   `json:"commit_interval_ms,omitempty"`
+	FetchMaxBytes  int     `json:"fetch_max_bytes,omitempty"`
+	BatchMaxBytes  int     `json:"batch_max_bytes,omitempty"`
+	MBPerSec       float64 `json:"mb_per_sec,omitempty"`
+	JobCPUSec      float64 `json:"job_cpu_s,omitempty"`
+	BrokerCPUSec   float64 `json:"broker_cpu_s,omitempty"`
+	CPUUsPerRecord float64 `json:"cpu_us_per_record,omitempty"`
 	// Correctness against the ground truth of the stream. A result with
 	// anything escaped, lost or foreign is not Valid.
 	Correct workload.Verdict `json:"correctness"`

@@ -35,6 +35,7 @@ import (
 	"github.com/dedupstream/dedupstream/bench/harness"
 	"github.com/dedupstream/dedupstream/bench/resp"
 	"github.com/dedupstream/dedupstream/bench/workload"
+	"github.com/dedupstream/dedupstream/config"
 )
 
 type profile struct {
@@ -83,6 +84,13 @@ func run(args []string) int {
 	replication := fs.Int("replication", -1, "e2e: replication factor of created topics (-1: the broker default)")
 	interval := fs.Duration("commit-interval", 100*time.Millisecond, "e2e: commit interval of both jobs")
 	maxRecords := fs.Int("commit-max-records", 50_000, "e2e: records per commit cycle of both jobs")
+	fetchBytes := fs.String("fetch-max-bytes", "", "e2e, kafka: per-partition fetch limit of both jobs (default the job's, "+config.DefaultFetchPartitionMaxBytes.String()+")")
+	batchBytes := fs.String("produce-batch-bytes", "", "e2e, kafka: produce batch limit of both jobs (default the job's, "+config.DefaultProduceBatchMaxBytes.String()+")")
+	routes := fs.String("routes", "", "kafka: named broker lists, NAME=host:port,...;NAME=... (the first creates topics and reads outputs back unless -setup-route)")
+	setupRoute := fs.String("setup-route", "", "kafka: the route that creates topics, produces the stream and reads outputs back")
+	arms := fs.String("arms", "", "kafka: what to measure, ARM;ARM...; ARM is LABEL=SYSTEM@ROUTE[,interval=D][,fetch=SIZE][,batch=SIZE], SYSTEM one of dedupstream, copy-job, producer-perf, consumer-perf")
+	brokerPIDs := fs.String("broker-pids", "", "kafka: pids of the broker processes, comma-separated, for their CPU time")
+	kafkaLib := fs.String("kafka-lib", ".kafka/lib", "kafka: directory of the broker's jars (kafka-tools among them)")
 	zipf := fs.Float64("zipf", 0, "Zipf exponent of far duplicates (0 uniform, > 1 hot keys)")
 	payload := fs.Int("payload", 100, "record value bytes")
 	window := fs.Duration("window", 24*time.Hour, "dedup window")
@@ -133,9 +141,24 @@ func run(args []string) int {
 	}
 	modeList := strings.Split(ors(*modes, p.modes), ",")
 	for _, m := range modeList {
-		if !slices.Contains([]string{"engine", "sweep", "e2e"}, m) {
-			return usage(fmt.Errorf("unknown mode %q (engine, sweep, e2e)", m))
+		if !slices.Contains([]string{"engine", "sweep", "e2e", "kafka"}, m) {
+			return usage(fmt.Errorf("unknown mode %q (engine, sweep, e2e, kafka)", m))
 		}
+	}
+	fetchMax, err := optSize(*fetchBytes)
+	if err != nil {
+		return usage(fmt.Errorf("-fetch-max-bytes: %v", err))
+	}
+	batchMax, err := optSize(*batchBytes)
+	if err != nil {
+		return usage(fmt.Errorf("-produce-batch-bytes: %v", err))
+	}
+	var kc harness.KafkaCase
+	if slices.Contains(modeList, "kafka") {
+		if kc, err = kafkaCase(*routes, *setupRoute, *arms, *brokerPIDs); err != nil {
+			return usage(err)
+		}
+		kc.KafkaLib = *kafkaLib
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "dsbench:", err)
@@ -267,13 +290,29 @@ func run(args []string) int {
 			}
 			sp.Partitions, sp.Topics = or(*partitions, p.partitions), or(*topics, p.topics)
 			c := harness.E2ECase{Spec: sp, Records: n, Reps: or(*reps, p.reps), Replication: int16(*replication),
-				Interval: *interval, MaxRecords: *maxRecords, Dir: *dir}
+				Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax}
 			if *brokers != "" {
 				c.Brokers = strings.Split(*brokers, ",")
 			} else {
 				c.Replication = 1
 			}
 			rs, err := harness.RunE2E(ctx, c, prog)
+			for _, r := range rs {
+				add(r, nil)
+			}
+			if err != nil {
+				return fail(err)
+			}
+		case "kafka":
+			n := or(*e2eRecords, p.e2eRecords)
+			sp := spec(4*n, 0.2)
+			if len(dupList) > 0 && *dups != "" {
+				sp.DupRatio = dupList[0]
+			}
+			sp.Partitions, sp.Topics = or(*partitions, p.partitions), or(*topics, 1)
+			kc.E2E = harness.E2ECase{Spec: sp, Records: n, Reps: or(*reps, p.reps), Replication: int16(*replication),
+				Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax}
+			rs, err := harness.RunKafka(ctx, kc, prog)
 			for _, r := range rs {
 				add(r, nil)
 			}
@@ -336,6 +375,80 @@ func renderRuns(paths []string, out string) int {
 	}
 	os.Stdout.WriteString(md.String())
 	return 0
+}
+
+func optSize(s string) (int, error) {
+	if s == "" {
+		return 0, nil
+	}
+	v, err := config.ParseByteSize(s)
+	return int(v), err
+}
+
+// kafkaCase reads the kafka mode's flags: -routes, -setup-route, -arms and
+// -broker-pids.
+func kafkaCase(routes, setup, arms, pids string) (harness.KafkaCase, error) {
+	kc := harness.KafkaCase{Routes: map[string][]string{}, Setup: setup}
+	for r := range strings.SplitSeq(routes, ";") {
+		name, list, ok := strings.Cut(strings.TrimSpace(r), "=")
+		if !ok || name == "" || list == "" {
+			return kc, fmt.Errorf("-routes: want NAME=host:port,...;..., got %q", r)
+		}
+		kc.Routes[name] = strings.Split(list, ",")
+		if kc.Setup == "" {
+			kc.Setup = name
+		}
+	}
+	for a := range strings.SplitSeq(arms, ";") {
+		// The label may hold "=" (dedupstream fetch=1MiB): the system is
+		// what lies between the last "=" before "@" and the "@".
+		a = strings.TrimSpace(a)
+		at := strings.Index(a, "@")
+		eq := strings.LastIndex(a[:max(at, 0)], "=")
+		if at < 0 || eq <= 0 {
+			return kc, fmt.Errorf("-arms: want LABEL=SYSTEM@ROUTE[,interval=D][,fetch=SIZE][,batch=SIZE], got %q", a)
+		}
+		label, sys, rest := a[:eq], a[eq+1:at], a[at+1:]
+		if label == "" {
+			return kc, fmt.Errorf("-arms: want LABEL=SYSTEM@ROUTE[,interval=D][,fetch=SIZE][,batch=SIZE], got %q", a)
+		}
+		opts := strings.Split(rest, ",")
+		arm := harness.KafkaArm{Name: label, System: sys, Route: opts[0]}
+		if !slices.Contains([]string{harness.SysDedup, harness.SysCopy, harness.SysProducerPerf, harness.SysConsumerPerf}, sys) {
+			return kc, fmt.Errorf("-arms: %s: unknown system %q", label, sys)
+		}
+		if _, ok := kc.Routes[arm.Route]; !ok {
+			return kc, fmt.Errorf("-arms: %s: route %q is not in -routes", label, arm.Route)
+		}
+		for _, o := range opts[1:] {
+			k, v, _ := strings.Cut(o, "=")
+			var err error
+			switch k {
+			case "interval":
+				arm.Interval, err = time.ParseDuration(v)
+			case "fetch":
+				arm.FetchMaxBytes, err = optSize(v)
+			case "batch":
+				arm.BatchMaxBytes, err = optSize(v)
+			default:
+				err = fmt.Errorf("unknown option %q (interval, fetch, batch)", k)
+			}
+			if err != nil {
+				return kc, fmt.Errorf("-arms: %s: %v", label, err)
+			}
+		}
+		kc.Arms = append(kc.Arms, arm)
+	}
+	if pids != "" {
+		for f := range strings.SplitSeq(pids, ",") {
+			pid, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return kc, fmt.Errorf("-broker-pids: %q is not a pid", f)
+			}
+			kc.BrokerPIDs = append(kc.BrokerPIDs, pid)
+		}
+	}
+	return kc, nil
 }
 
 // countFlag is an int flag that also reads 10k, 2M and 1G.

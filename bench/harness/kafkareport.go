@@ -1,0 +1,127 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"slices"
+)
+
+// KafkaRatio is a same-run ratio of two arms of a real-cluster run: the
+// median over reps of A's records/s divided by B's in the same rep.
+type KafkaRatio struct {
+	A, B   string
+	Median float64
+	Min    float64
+	Max    float64
+	Reps   int
+}
+
+// KafkaRatios pairs the arms of a real-cluster run: each dedupstream arm
+// with the copy-job arm on the same route and request sizes, each copy-job
+// arm with the producer-perf arm on the same route, and each arm on another
+// route with the same system and sizes on the first arm's route (the cost of
+// the network delay), and each arm with other request sizes with the first
+// arm of its system and route.
+func KafkaRatios(results []Result) []KafkaRatio {
+	type arm struct {
+		name, system, route string
+		interval            int64
+		fetch, batch        int
+	}
+	var arms []arm
+	rates := map[string]map[int]float64{} // arm -> rep -> records/s
+	for _, r := range results {
+		if r.Case != CaseKafka {
+			continue
+		}
+		if rates[r.System] == nil {
+			rates[r.System] = map[int]float64{}
+			arms = append(arms, arm{r.System, systemOf(r.System), r.Route, r.IntervalMs, r.FetchMaxBytes, r.BatchMaxBytes})
+		}
+		rates[r.System][r.Rep] = r.RecordsPerSec
+	}
+	if len(arms) == 0 {
+		return nil
+	}
+	sameSizes := func(a, b arm) bool { return a.interval == b.interval && a.fetch == b.fetch && a.batch == b.batch }
+	// first is the first arm of a system on a route: the baseline of the
+	// other request sizes.
+	first := func(a arm) arm {
+		return arms[slices.IndexFunc(arms, func(b arm) bool { return b.system == a.system && b.route == a.route })]
+	}
+	var pairs [][2]arm
+	for _, a := range arms {
+		for _, b := range arms {
+			switch {
+			case a.system == b.system && a.route == b.route && !sameSizes(a, b) && b == first(a):
+				pairs = append(pairs, [2]arm{a, b})
+			case a.system == SysDedup && b.system == SysCopy && a.route == b.route && sameSizes(a, b),
+				a.system == SysCopy && b.system == SysProducerPerf && a.route == b.route,
+				a.system == b.system && a.route != arms[0].route && b.route == arms[0].route && sameSizes(a, b):
+				pairs = append(pairs, [2]arm{a, b})
+			}
+		}
+	}
+	var out []KafkaRatio
+	for _, p := range pairs {
+		var rs []float64
+		for rep, ra := range rates[p[0].name] {
+			if rb, ok := rates[p[1].name][rep]; ok && rb > 0 {
+				rs = append(rs, ra/rb)
+			}
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		out = append(out, KafkaRatio{A: p[0].name, B: p[1].name, Median: median(rs), Min: slices.Min(rs), Max: slices.Max(rs), Reps: len(rs)})
+	}
+	return out
+}
+
+// systemOf is the system an arm name starts with ("dedupstream rtt1ms" is
+// dedupstream).
+func systemOf(arm string) string {
+	for _, s := range []string{SysDedup, SysCopy, SysProducerPerf, SysConsumerPerf} {
+		if arm == s || len(arm) > len(s) && arm[:len(s)] == s && arm[len(s)] == ' ' {
+			return s
+		}
+	}
+	return arm
+}
+
+// writeKafkaTable writes the rows of the real-cluster case and its ratios.
+func writeKafkaTable(w io.Writer, rows []Row, results []Result) {
+	fmt.Fprintln(w, "| arm | route | commit interval | fetch / batch bytes | records/s (median, min-max) | MB/s | job CPU s | broker CPU s | job CPU us/record | valid |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rows {
+		if r.Case != CaseKafka {
+			continue
+		}
+		var mb, jc, bc, us []float64
+		for _, x := range results {
+			if x.Case == CaseKafka && x.System == r.System {
+				mb, jc, bc, us = append(mb, x.MBPerSec), append(jc, x.JobCPUSec), append(bc, x.BrokerCPUSec), append(us, x.CPUUsPerRecord)
+			}
+		}
+		f := r.First
+		sizes := "-"
+		if f.FetchMaxBytes > 0 || f.BatchMaxBytes > 0 {
+			sizes = fmt.Sprintf("%s / %s", bytesOf(uint64(f.FetchMaxBytes)), bytesOf(uint64(f.BatchMaxBytes)))
+		}
+		valid := "yes"
+		if !r.Valid {
+			valid = "**INVALID**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %dms | %s | %s (%s-%s, %d runs) | %.1f | %.1f | %.1f | %s | %s |\n", r.System, f.Route, f.IntervalMs, sizes,
+			count(uint64(r.RecordsPerSec)), count(uint64(r.Min)), count(uint64(r.Max)), r.Reps, median(mb), median(jc), median(bc), num(median(us), "%.2f"), valid)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Same-run ratios (records/s of A / B within each rep; median, min-max over reps):")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| A | B | A / B median | min-max | reps |")
+	fmt.Fprintln(w, "|---|---|---|---|---|")
+	for _, k := range KafkaRatios(results) {
+		fmt.Fprintf(w, "| %s | %s | %.2fx | %.2f-%.2f | %d |\n", k.A, k.B, k.Median, k.Min, k.Max, k.Reps)
+	}
+	fmt.Fprintln(w)
+}

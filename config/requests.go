@@ -1,0 +1,73 @@
+package config
+
+// Fetch sizes the fetch requests of the stages and route steps. Request
+// count, not bytes, drives the cost of reading (each request is a round trip
+// and a pass through the broker's request queue), so the defaults are large.
+type Fetch struct {
+	// PartitionMaxBytes bounds the record data one fetch returns for one
+	// partition (Kafka's max.partition.fetch.bytes); each fetcher keeps a
+	// buffer of about this size, one per raw topic and owned partition plus
+	// one for reading the output back. A record batch larger than it is
+	// still returned whole. The default value is 4MiB, chosen by
+	// measurement on a 3-broker cluster (docs/benchmarks.md, real cluster).
+	PartitionMaxBytes ByteSize `yaml:"partition_max_bytes"`
+	// RequestMaxBytes bounds a whole fetch response (Kafka's
+	// fetch.max.bytes). It must be at least partition_max_bytes: a response
+	// cut by the request limit may leave out the aborted-transaction list
+	// that read_committed filtering needs. The default value is 50MiB.
+	RequestMaxBytes ByteSize `yaml:"request_max_bytes"`
+}
+
+// Produce sizes the produce requests of the stages and route steps.
+type Produce struct {
+	// BatchMaxBytes caps one encoded record batch; a cycle's records are
+	// sent in batches of at most this size, one produce request each. It
+	// must not exceed the output topic's max.message.bytes (the broker
+	// default is 1MiB plus a few bytes). The default value is 1MiB.
+	BatchMaxBytes ByteSize `yaml:"batch_max_bytes"`
+}
+
+// Defaults of Fetch and Produce.
+const (
+	DefaultFetchPartitionMaxBytes ByteSize = 4 << 20
+	DefaultFetchRequestMaxBytes   ByteSize = 50 << 20
+	DefaultProduceBatchMaxBytes   ByteSize = 1 << 20
+)
+
+const maxInt32 = 1<<31 - 1
+
+func (f *Fetch) applyDefaults() {
+	if f.PartitionMaxBytes == 0 {
+		f.PartitionMaxBytes = DefaultFetchPartitionMaxBytes
+	}
+	if f.RequestMaxBytes == 0 {
+		f.RequestMaxBytes = max(DefaultFetchRequestMaxBytes, f.PartitionMaxBytes)
+	}
+}
+
+func (p *Produce) applyDefaults() {
+	if p.BatchMaxBytes == 0 {
+		p.BatchMaxBytes = DefaultProduceBatchMaxBytes
+	}
+}
+
+// sizeIn reports field unless lo <= got <= maxInt32 (Kafka's int32 sizes).
+func (v *validator) sizeIn(field string, got, lo ByteSize) bool {
+	if got < lo || got > maxInt32 {
+		v.addf(field, "must be between %v and %v, got %v", lo, ByteSize(maxInt32), got)
+		return false
+	}
+	return true
+}
+
+func (f *Fetch) validate(v *validator) {
+	okP := v.sizeIn("fetch.partition_max_bytes", f.PartitionMaxBytes, 1<<10)
+	okR := v.sizeIn("fetch.request_max_bytes", f.RequestMaxBytes, 1<<10)
+	if okP && okR && f.RequestMaxBytes < f.PartitionMaxBytes {
+		v.addf("fetch.request_max_bytes", "must be >= fetch.partition_max_bytes (%v), got %v", f.PartitionMaxBytes, f.RequestMaxBytes)
+	}
+}
+
+func (p *Produce) validate(v *validator) {
+	v.sizeIn("produce.batch_max_bytes", p.BatchMaxBytes, 1<<10)
+}
