@@ -8,7 +8,7 @@ FUZZTIME  ?= 30s
 CHAOS     ?= full
 KAFKA     := testenv/kafka.sh
 
-.PHONY: build test demo bench bench-full bench-go fuzz lint fmt kafka-up kafka-down test-kafka chaos
+.PHONY: build test demo bench bench-full bench-kafka bench-go fuzz lint fmt kafka-up kafka-down test-kafka chaos
 
 ## build: compile every package and the dedupstream binary into bin/
 build:
@@ -49,6 +49,10 @@ bench:
 ## bench-full: the published figures of docs/benchmarks.md: 1M/10M/100M keys in the window (~20 minutes)
 bench-full:
 	$(GO) run ./bench/cmd/dsbench -profile full -out $(BENCHOUT) $(BENCHFLAGS)
+
+## bench-kafka: the real-cluster bench: 3 brokers in a network namespace, with and without 1 ms round trips, next to Kafka's own ProducerPerformance and ConsumerPerformance
+bench-kafka:
+	BENCHOUT=$(or $(filter-out bench/results/latest,$(BENCHOUT)),bench/results/kafka) BENCHFLAGS='$(BENCHFLAGS)' testenv/bench-kafka.sh
 
 ## bench-go: the Go benchmarks next to the code, with allocation counts (set BENCH=regexp to narrow)
 bench-go:

@@ -12,6 +12,7 @@ import (
 
 	"github.com/dedupstream/dedupstream/bench/workload"
 	"github.com/dedupstream/dedupstream/config"
+	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -213,6 +214,15 @@ func createTopics(ctx context.Context, cl *kgo.Client, names []string, partition
 	for _, t := range res.Topics {
 		if err := kerrOf(t.ErrorCode); err != nil {
 			return fmt.Errorf("create topic %s: %w", t.Topic, err)
+		}
+	}
+	// A real cluster answers before every broker knows the topics; a job
+	// that asks another broker would find them missing.
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for _, t := range req.Topics {
+		if err := kafkatest.WaitTopics(wctx, cl, t.NumPartitions, t.Topic); err != nil {
+			return err
 		}
 	}
 	return nil

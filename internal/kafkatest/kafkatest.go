@@ -125,13 +125,21 @@ func CreateTopicsWith(tb testing.TB, cl *kgo.Client, partitions int32, topics ..
 			tb.Fatalf("kafkatest: create topic %s: %v", t.Topic, err)
 		}
 	}
+	if err := WaitTopics(ctx, cl, partitions, topics...); err != nil {
+		tb.Fatalf("kafkatest: %v", err)
+	}
+}
+
+// WaitTopics waits until every broker's metadata shows topics with
+// partitions partitions, each with a leader, or ctx ends.
+func WaitTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics ...string) error {
 	for {
 		lag, err := topicsReady(ctx, cl, partitions, topics)
 		if err == nil && lag == "" {
-			return
+			return nil
 		}
 		if ctx.Err() != nil {
-			tb.Fatalf("kafkatest: topics %v not ready within 60s: %s %v", topics, lag, err)
+			return fmt.Errorf("topics %v not ready: %s %v", topics, lag, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
