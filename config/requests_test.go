@@ -15,7 +15,7 @@ func TestRequestSizes(t *testing.T) {
 		want        sizes
 		problems    []string
 	}{
-		{name: "defaults", want: sizes{4 << 20, 50 << 20, 1 << 20}},
+		{name: "defaults", want: sizes{1 << 20, 50 << 20, 1 << 20}},
 		{name: "set", extra: "fetch: {partition_max_bytes: 8MiB, request_max_bytes: 16MiB}\nproduce: {batch_max_bytes: 512KiB}\n",
 			want: sizes{8 << 20, 16 << 20, 512 << 10}},
 		{name: "request default follows a larger partition limit", extra: "fetch: {partition_max_bytes: 64MiB}\n",

@@ -2,6 +2,8 @@ package harness
 
 import (
 	"fmt"
+
+	"github.com/dedupstream/dedupstream/config"
 	"io"
 	"slices"
 )
@@ -106,7 +108,7 @@ func writeKafkaTable(w io.Writer, rows []Row, results []Result) {
 		f := r.First
 		sizes := "-"
 		if f.FetchMaxBytes > 0 || f.BatchMaxBytes > 0 {
-			sizes = fmt.Sprintf("%s / %s", bytesOf(uint64(f.FetchMaxBytes)), bytesOf(uint64(f.BatchMaxBytes)))
+			sizes = fmt.Sprintf("%v / %v", config.ByteSize(f.FetchMaxBytes), config.ByteSize(f.BatchMaxBytes))
 		}
 		valid := "yes"
 		if !r.Valid {
