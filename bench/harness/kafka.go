@@ -215,18 +215,25 @@ func (c KafkaCase) producerPerf(ctx context.Context, ec E2ECase, brokers []strin
 	if err != nil {
 		return err
 	}
+	r.RecordsPerSec, r.MBPerSec, err = parseProducerPerf(out, records)
+	r.Seconds = float64(records) / r.RecordsPerSec
+	return err
+}
+
+// parseProducerPerf reads ProducerPerformance's summary, its last line of
+// the form "N records sent, R records/sec (M MB/sec), ...".
+func parseProducerPerf(out string, records int) (rps, mbps float64, err error) {
 	m := producerPerfLine.FindAllStringSubmatch(out, -1)
 	if len(m) == 0 {
-		return fmt.Errorf("ProducerPerformance: no summary line in: %s", lastLines(out, 3))
+		return 0, 0, fmt.Errorf("ProducerPerformance: no summary line in: %s", lastLines(out, 3))
 	}
 	last := m[len(m)-1]
 	if n, _ := strconv.Atoi(last[1]); n != records {
-		return fmt.Errorf("ProducerPerformance sent %d records, want %d", n, records)
+		return 0, 0, fmt.Errorf("ProducerPerformance sent %d records, want %d", n, records)
 	}
-	r.RecordsPerSec, _ = strconv.ParseFloat(last[2], 64)
-	r.MBPerSec, _ = strconv.ParseFloat(last[3], 64)
-	r.Seconds = float64(records) / r.RecordsPerSec
-	return nil
+	rps, _ = strconv.ParseFloat(last[2], 64)
+	mbps, _ = strconv.ParseFloat(last[3], 64)
+	return rps, mbps, nil
 }
 
 // consumerPerf runs ConsumerPerformance read_committed over the raw topics
@@ -239,9 +246,17 @@ func (c KafkaCase) consumerPerf(ctx context.Context, brokers []string, include, 
 	if err != nil {
 		return err
 	}
-	// Header: start.time, end.time, data.consumed.in.MB, MB.sec,
-	// data.consumed.in.nMsg, nMsg.sec, rebalance.time.ms, fetch.time.ms,
-	// fetch.MB.sec, fetch.nMsg.sec
+	r.RecordsPerSec, r.MBPerSec, err = parseConsumerPerf(out, records)
+	r.Seconds = float64(records) / r.RecordsPerSec
+	return err
+}
+
+// parseConsumerPerf reads ConsumerPerformance's CSV: a header line
+// (start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg,
+// nMsg.sec, rebalance.time.ms, fetch.time.ms, fetch.MB.sec, fetch.nMsg.sec)
+// and a line of values. It returns the fetch-time rates in records/s and
+// MB/s (the tool's MB are MiB).
+func parseConsumerPerf(out string, records int) (rps, mbps float64, err error) {
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	var head, row []string
 	for i, l := range lines {
@@ -259,21 +274,18 @@ func (c KafkaCase) consumerPerf(ctx context.Context, brokers []string, include, 
 	}
 	n, err := col("data.consumed.in.nMsg")
 	if err != nil {
-		return err
+		return 0, 0, err
 	}
 	if int(n) < records {
-		return fmt.Errorf("ConsumerPerformance read %d records, want %d", int(n), records)
+		return 0, 0, fmt.Errorf("ConsumerPerformance read %d records, want %d", int(n), records)
 	}
-	if r.RecordsPerSec, err = col("fetch.nMsg.sec"); err != nil {
-		return err
+	if rps, err = col("fetch.nMsg.sec"); err != nil {
+		return 0, 0, err
 	}
-	if r.MBPerSec, err = col("fetch.MB.sec"); err != nil {
-		return err
+	if mbps, err = col("fetch.MB.sec"); err != nil {
+		return 0, 0, err
 	}
-	// MB.sec is in MiB: make it MB like the other rows.
-	r.MBPerSec *= 1.048576
-	r.Seconds = float64(records) / r.RecordsPerSec
-	return nil
+	return rps, mbps * 1.048576, nil
 }
 
 func lastLines(s string, n int) string {

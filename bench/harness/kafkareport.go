@@ -127,3 +127,61 @@ func writeKafkaTable(w io.Writer, rows []Row, results []Result) {
 	}
 	fmt.Fprintln(w)
 }
+
+// KafkaTargets evaluates issue 13's targets on a real-cluster run, from the
+// same-run ratios of its arms.
+func KafkaTargets(results []Result) []Target {
+	ratios := KafkaRatios(results)
+	if len(ratios) == 0 {
+		return nil
+	}
+	target := func(name string, min float64, match func(k KafkaRatio) bool) Target {
+		t := Target{Name: name, Met: true}
+		for _, k := range ratios {
+			if match(k) {
+				t.Measured += fmt.Sprintf("%s / %s: %.2fx (%d reps); ", k.A, k.B, k.Median, k.Reps)
+				t.Met = t.Met && k.Median >= min
+				t.Known = true
+			}
+		}
+		return t
+	}
+	ts := []Target{
+		target("real cluster: dedupstream >= 0.8x the copy job", 0.8, func(k KafkaRatio) bool {
+			return systemOf(k.A) == SysDedup && systemOf(k.B) == SysCopy
+		}),
+		target("real cluster: copy job >= 1.0x ProducerPerformance (transactional, 1 MiB batches)", 1.0, func(k KafkaRatio) bool {
+			return systemOf(k.A) == SysCopy && systemOf(k.B) == SysProducerPerf
+		}),
+		target("real cluster: with the round-trip delay >= 0.8x without", 0.8, func(k KafkaRatio) bool {
+			return systemOf(k.A) == SysDedup && systemOf(k.B) == SysDedup && routeOf(results, k.A) != routeOf(results, k.B)
+		}),
+	}
+	t := Target{Name: "real cluster: job CPU per record <= 2.4 us", Met: true}
+	for _, r := range Summarise(results) {
+		if r.Case != CaseKafka || systemOf(r.System) != SysDedup {
+			continue
+		}
+		var us []float64
+		for _, x := range results {
+			if x.Case == CaseKafka && x.System == r.System && x.CPUUsPerRecord > 0 {
+				us = append(us, x.CPUUsPerRecord)
+			}
+		}
+		if len(us) > 0 {
+			m := median(us)
+			t.Measured += fmt.Sprintf("%s: %.2f us (median of %d; the harness process, read-back excluded); ", r.System, m, len(us))
+			t.Met, t.Known = t.Met && m <= 2.4, true
+		}
+	}
+	return append(ts, t)
+}
+
+func routeOf(results []Result, arm string) string {
+	for _, r := range results {
+		if r.Case == CaseKafka && r.System == arm {
+			return r.Route
+		}
+	}
+	return ""
+}
