@@ -185,3 +185,60 @@ func routeOf(results []Result, arm string) string {
 	}
 	return ""
 }
+
+// WritePlot draws a run's plot: the real-cluster bars when the run has the
+// kafka case, else the two panels of Plots.
+func WritePlot(w io.Writer, rows []Row) {
+	if slices.ContainsFunc(rows, func(r Row) bool { return r.Case == CaseKafka }) {
+		writeKafkaSVG(w, rows)
+		return
+	}
+	WriteSVG(w, Plots(rows))
+}
+
+// writeKafkaSVG draws one horizontal bar per real-cluster arm: the median
+// records/s, a whisker from the slowest to the fastest rep.
+func writeKafkaSVG(w io.Writer, rows []Row) {
+	var ks []Row
+	for _, r := range rows {
+		if r.Case == CaseKafka {
+			ks = append(ks, r)
+		}
+	}
+	const width, ml, mr, mt, bar = 900, 260, 40, 50, 26
+	height := mt + len(ks)*bar + 50
+	top := slices.MaxFunc(ks, func(a, b Row) int { return cmpFloat(a.Max, b.Max) }).Max
+	colors := map[string]string{SysDedup: "#1f77b4", SysCopy: "#7f7f7f", SysProducerPerf: "#ff7f0e", SysConsumerPerf: "#2ca02c"}
+	px := func(v float64) float64 { return ml + v/top*(width-ml-mr) }
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n", width, height, width, height)
+	fmt.Fprintf(w, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(w, `<text x="%d" y="24" text-anchor="middle" font-size="14">real cluster: records/s per arm (median, min-max over reps)</text>`+"\n", width/2)
+	for i, r := range ks {
+		y := float64(mt + i*bar)
+		c := colors[systemOf(r.System)]
+		if c == "" {
+			c = "#9467bd"
+		}
+		fmt.Fprintf(w, `<text x="%d" y="%.1f" text-anchor="end">%s</text>`+"\n", ml-8, y+bar/2+4, esc(r.System))
+		fmt.Fprintf(w, `<rect x="%d" y="%.1f" width="%.1f" height="%d" fill="%s"><title>%s: %s records/s</title></rect>`+"\n", ml, y+4, px(r.RecordsPerSec)-ml, bar-8, c, esc(r.System), count(uint64(r.RecordsPerSec)))
+		fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="black"/>`+"\n", px(r.Min), y+bar/2, px(r.Max), y+bar/2)
+		fmt.Fprintf(w, `<text x="%.1f" y="%.1f">%s</text>`+"\n", px(r.Max)+4, y+bar/2+4, count(uint64(r.RecordsPerSec)))
+	}
+	y0 := float64(mt + len(ks)*bar)
+	fmt.Fprintf(w, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="black"/>`+"\n", ml, y0, width-mr, y0)
+	for _, f := range []float64{0, 0.25, 0.5, 0.75, 1} {
+		fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", px(f*top), y0+16, count(uint64(f*top)))
+	}
+	fmt.Fprintf(w, `<text x="%d" y="%.1f" text-anchor="middle">records/s</text>`+"\n", (ml+width-mr)/2, y0+36)
+	fmt.Fprintln(w, "</svg>")
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

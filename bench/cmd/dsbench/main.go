@@ -197,7 +197,7 @@ func run(args []string) int {
 			return err
 		}
 		var svg strings.Builder
-		harness.WriteSVG(&svg, harness.Plots(rows))
+		harness.WritePlot(&svg, rows)
 		return os.WriteFile(filepath.Join(*out, "throughput.svg"), []byte(svg.String()), 0o644)
 	}
 	add := func(r harness.Result, err error) error {
@@ -367,7 +367,7 @@ func renderRuns(paths []string, out string) int {
 	rows := harness.Summarise(merged.Results)
 	var md, svg strings.Builder
 	harness.WriteMarkdown(&md, merged, rows)
-	harness.WriteSVG(&svg, harness.Plots(rows))
+	harness.WritePlot(&svg, rows)
 	if err := errors.Join(os.WriteFile(filepath.Join(out, "results.md"), []byte(md.String()), 0o644),
 		os.WriteFile(filepath.Join(out, "throughput.svg"), []byte(svg.String()), 0o644)); err != nil {
 		fmt.Fprintln(os.Stderr, "dsbench:", err)
