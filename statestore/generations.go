@@ -2,17 +2,16 @@ package statestore
 
 import (
 	"context"
-	"encoding/binary"
-	"fmt"
-
-	"github.com/cockroachdb/pebble/v2"
+	"slices"
 )
 
-// Expire drops every bucket below oldestLive with one range deletion, and
-// records oldestLive as the floor in the same atomic batch. It is
-// idempotent: a floor at or below the recorded one is a no-op. The disk
-// space comes back when Pebble compacts the deleted range (its delete-only
-// compactions drop whole sstables without rewriting them); Compact forces it.
+// Expire drops every bucket below oldestLive: at once for reads, and on
+// disk with one range deletion recorded in the same Pebble batch as the
+// floor, the state and the runs, which the flusher writes right away (the
+// keys in memory are handed over with it). It is idempotent: a floor at or
+// below the recorded one is a no-op. The disk space comes back when Pebble
+// compacts the deleted range (delete-only compactions drop whole sstables
+// without rewriting them); Compact forces it.
 func (s *Store) Expire(oldestLive uint64) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -22,30 +21,37 @@ func (s *Store) Expire(oldestLive uint64) error {
 	if oldestLive <= s.floorGen() {
 		return nil
 	}
-	var floor [8]byte
-	binary.BigEndian.PutUint64(floor[:], oldestLive)
-	pb := s.db.NewBatch()
-	_ = pb.DeleteRange(bucketsStart, genStart(oldestLive), nil)
-	_ = pb.Set(metaFloorKey, floor[:], nil)
-	if err := s.fatal.await(func() error { return pb.Commit(s.writeOpts) }); err != nil {
-		return wrapErr(err, "statestore: expire below generation %d", oldestLive)
+	if s.opts.ReadOnly {
+		return errReadOnly
 	}
-	_ = pb.Close()
+	if s.log != nil {
+		if err := s.log.appendExpire(oldestLive); err != nil {
+			return s.fatal.set(err)
+		}
+	}
 	s.mu.Lock()
 	s.floor = oldestLive
 	s.mu.Unlock()
-	return nil
+	return wrapErr(s.handOver(false), "statestore: expire below generation %d", oldestLive)
 }
 
-// Compact flushes and compacts the whole bucket keyspace, so that expired
-// buckets and overwritten keys leave the disk. Pebble does this on its own
-// over time; Compact is for tests, inspect and after large expiries. It can
-// take as long as rewriting the store.
+// Compact writes the keys held in memory as runs, then compacts the whole
+// bucket keyspace, so that expired buckets and merged runs leave the disk.
+// Pebble does this on its own over time; Compact is for tests, inspect and
+// after large expiries.
 func (s *Store) Compact() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if err := s.usable(); err != nil {
 		return err
+	}
+	if !s.opts.ReadOnly {
+		if err := s.handOver(false); err != nil {
+			return err
+		}
+		if err := s.awaitFlush(); err != nil {
+			return err
+		}
 	}
 	return wrapErr(s.fatal.await(func() error {
 		return s.db.Compact(context.Background(), bucketsStart, bucketsEnd, true)
@@ -55,53 +61,44 @@ func (s *Store) Compact() error {
 // GenStats describes one stored bucket.
 type GenStats struct {
 	Gen uint64
-	// Bytes is the estimated on-disk size of the bucket's sstables. Keys
-	// still only in the memtable count 0.
+	// Bytes is the on-disk size of the bucket's runs. Keys still only in
+	// memory count 0.
 	Bytes uint64
-	// Keys is an estimate from sstable entry counts, proportional to Bytes;
-	// it includes overwritten entries not yet compacted away.
+	// Keys counts the keys of the runs and in memory; a key stored in two
+	// runs (written again after a crash, or a newer version) counts twice
+	// until the runs are merged.
 	Keys uint64
+	// Runs is the number of sorted runs a read of the bucket may probe.
+	Runs int
 }
 
 // Generations lists the buckets that hold at least one live key, oldest
-// first. It seeks once per bucket, not per key.
+// first.
 func (s *Store) Generations() (gens []GenStats, err error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	defer s.fatal.recover(&err)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: bucketsStart, UpperBound: bucketsEnd})
-	if err != nil {
-		return nil, fmt.Errorf("statestore: generations: %w", err)
+	floor := s.floorGen()
+	s.viewMu.RLock()
+	active, imm, rs := s.active, s.imm, s.runs.Load()
+	s.viewMu.RUnlock()
+	ids := imm.generations(active.generations(nil))
+	for g := range rs.gens {
+		ids = append(ids, g)
 	}
-	for ok := it.First(); ok; {
-		gen, _, valid := parseBucketKey(it.Key())
-		if !valid {
-			_ = it.Close()
-			return nil, fmt.Errorf("statestore: generations: corrupt key %x", it.Key())
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	for _, g := range ids {
+		if g < floor {
+			continue
 		}
-		gens = append(gens, GenStats{Gen: gen})
-		ok = it.SeekGE(genEnd(gen))
-	}
-	if err := it.Close(); err != nil {
-		return nil, fmt.Errorf("statestore: generations: %w", err)
-	}
-	for i := range gens {
-		g := &gens[i]
-		levels, err := s.db.SSTables(
-			pebble.WithKeyRangeFilter(genStart(g.Gen), genEnd(g.Gen)),
-			pebble.WithApproximateSpanBytes())
-		if err != nil {
-			return nil, fmt.Errorf("statestore: generations: %w", err)
+		st := GenStats{Gen: g, Keys: active.keysOf(g) + imm.keysOf(g)}
+		for _, r := range rs.of(g) {
+			st.Bytes += r.bytes
+			st.Keys += r.keys
+			st.Runs++
 		}
-		for _, tables := range levels {
-			for _, t := range tables {
-				g.Bytes += t.ApproximateSpanBytes
-				if t.Size > 0 {
-					g.Keys += uint64(float64(t.TableStats.NumEntries) * float64(t.ApproximateSpanBytes) / float64(t.Size))
-				}
-			}
-		}
+		gens = append(gens, st)
 	}
 	return gens, nil
 }

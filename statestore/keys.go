@@ -12,42 +12,67 @@ import (
 // Key layout (see doc.go):
 //
 //	metadata: 0x00 name
-//	bucket:   0x01 gen(8, big-endian) hash(16, big-endian)
+//	run key:  0x01 gen(8, big-endian) run(8, big-endian) hash(16, big-endian)
 //
 // Metadata sorts before every bucket, so a DeleteRange over buckets never
-// touches it, and the bucket keyspace is the single span [0x01, 0x02).
+// touches it, and the bucket keyspace is the single span [0x01, 0x02). Each
+// run of a generation is its own key range 0x01+gen+run, which no other run
+// overlaps: an ingested run lands in the last level and is never rewritten
+// by Pebble.
 const (
 	prefixMeta   byte = 0x00
 	prefixBucket byte = 0x01
 	prefixEnd    byte = 0x02 // exclusive upper bound of the bucket keyspace
 
-	bucketKeyLen = 1 + 8 + 16
+	bucketKeyLen = 1 + 8 + 8 + 16
 	genPrefixLen = 1 + 8
+	runPrefixLen = 1 + 8 + 8
 )
 
 var (
 	metaStateKey  = []byte{prefixMeta, 's'}
 	metaFloorKey  = []byte{prefixMeta, 'f'}
 	metaFormatKey = []byte{prefixMeta, 'v'}
+	metaRunsKey   = []byte{prefixMeta, 'r'}
 
 	bucketsStart = []byte{prefixBucket}
 	bucketsEnd   = []byte{prefixEnd}
 )
 
 // layoutVersion is stored in the format key; bump it on an incompatible
-// change of the key or value encoding.
-const layoutVersion = 1
+// change of the key or value encoding. Layout 1 kept one key per hash in a
+// generation bucket written through the memtable; layout 2 keeps sorted runs
+// (see doc.go).
+const layoutVersion = 2
 
 const (
 	formatFlagVersionMode = 1 << 0
 )
 
-// putBucketKey writes the key of (gen, h) into k, which must be bucketKeyLen
-// bytes long.
-func putBucketKey(k []byte, gen uint64, h partition.Hash) {
+// putRunKey writes the key of h in run id of generation gen into k, which
+// must be bucketKeyLen bytes long.
+func putRunKey(k []byte, gen, id uint64, h partition.Hash) {
 	k[0] = prefixBucket
 	binary.BigEndian.PutUint64(k[1:9], gen)
-	h.Put(k[9:25])
+	binary.BigEndian.PutUint64(k[9:17], id)
+	h.Put(k[17:33])
+}
+
+// runStart returns the first key of run id of generation gen.
+func runStart(gen, id uint64) []byte {
+	k := make([]byte, runPrefixLen)
+	k[0] = prefixBucket
+	binary.BigEndian.PutUint64(k[1:9], gen)
+	binary.BigEndian.PutUint64(k[9:17], id)
+	return k
+}
+
+// runEnd returns the exclusive upper bound of run id of generation gen.
+func runEnd(gen, id uint64) []byte {
+	if id == math.MaxUint64 {
+		return genEnd(gen)
+	}
+	return runStart(gen, id+1)
 }
 
 // genStart returns the first key of bucket gen. For gen == MaxUint64+1 (that
@@ -67,12 +92,12 @@ func genEnd(gen uint64) []byte {
 	return genStart(gen + 1)
 }
 
-// parseBucketKey splits a bucket key. ok is false for keys of another shape.
-func parseBucketKey(k []byte) (gen uint64, h partition.Hash, ok bool) {
+// parseRunKey splits a run key. ok is false for keys of another shape.
+func parseRunKey(k []byte) (gen, id uint64, h partition.Hash, ok bool) {
 	if len(k) != bucketKeyLen || k[0] != prefixBucket {
-		return 0, partition.Hash{}, false
+		return 0, 0, partition.Hash{}, false
 	}
-	return binary.BigEndian.Uint64(k[1:9]), partition.HashFromBytes(k[9:25]), true
+	return binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:17]), partition.HashFromBytes(k[17:33]), true
 }
 
 // maxValueLen is the longest value: a uvarint version.

@@ -159,7 +159,9 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.
 		// there means the disk cannot keep up, and more memtables would only
 		// postpone it.
 		MemTableStopWritesThreshold: memTableStopWrites,
-		DisableWAL:                  o.DisableWAL,
+		// Pebble's WAL carries only the store's metadata batches (runs,
+		// state, floor), which are few and synced; DisableWAL turns off the
+		// store's commit log instead.
 		// Our keys are uniformly random within a generation, so every flush
 		// overlaps every other L0 file of the current generation and must
 		// be compacted into Lbase soon (Pebble's 4 sublevels); but a burst
@@ -205,4 +207,11 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.
 		o.tune(po)
 	}
 	return po
+}
+
+// memKeys is how many keys the in-memory index of recent keys collects
+// before the flusher writes them as runs: MemTableSize worth of them (see
+// memBytesPerKey), at least 1024.
+func (o *Options) memKeys() uint64 {
+	return max(1024, o.MemTableSize/memBytesPerKey)
 }

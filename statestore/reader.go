@@ -12,13 +12,17 @@ import (
 // Reader confirms many keys through one Pebble iterator and one consistent
 // view of the store. Opening an iterator is most of the cost of a single
 // Lookup (BenchmarkLookups: a Reader confirms a batch of keys about twice as
-// fast), so the stage opens one Reader per batch. A Reader sees the store as
-// it was when opened; it is not safe for concurrent use, and it must be
-// closed. The zero value is ready for OpenReader.
+// fast), so the stage opens one Reader per batch. A Reader sees the runs as
+// they were when opened and the keys committed since; it is not safe for
+// concurrent use, and it must be closed. The zero value is ready for
+// OpenReader.
 type Reader struct {
-	s  *Store
-	r  *reader
-	it *pebble.Iterator
+	s      *Store
+	r      *reader
+	it     *pebble.Iterator
+	active *memIndex
+	imm    *memIndex
+	runs   *runSet
 }
 
 // OpenReader opens rd on the store's current state. It does not allocate.
@@ -29,44 +33,63 @@ func (s *Store) OpenReader(rd *Reader) (err error) {
 	defer s.fatal.recover(&err)
 	r := s.readers.Get().(*reader)
 	r.opts.PointKeyFilters = r.filters[:0]
+	// Under the read lock: the runs captured and the iterator's view of
+	// Pebble agree (see Store.viewMu).
+	s.viewMu.RLock()
+	active, imm, runs := s.active, s.imm, s.runs.Load()
 	it, err := s.db.NewIter(&r.opts)
+	s.viewMu.RUnlock()
 	if err != nil {
 		s.readers.Put(r)
 		return fmt.Errorf("statestore: get: %w", err)
 	}
-	*rd = Reader{s: s, r: r, it: it}
+	*rd = Reader{s: s, r: r, it: it, active: active, imm: imm, runs: runs}
 	return nil
 }
 
 // Lookup probes the generations in the given order (newest first, as the
 // Bloom front names them) and returns the first one holding h, with its
-// version in version mode.
+// version in version mode. Within a generation the keys committed since
+// the last run are answered from memory; then the runs are probed newest
+// first, each with one prefix seek that its sstable's Bloom filter answers
+// for most misses.
 func (rd *Reader) Lookup(h partition.Hash, gens []uint64) (gen, version uint64, found bool, err error) {
 	if err := rd.s.usable(); err != nil {
 		return 0, 0, false, err
 	}
 	defer rd.s.fatal.recover(&err)
-	for i, g := range gens {
-		gen = g
-		if i == 0 {
-			putBucketKey(rd.r.key[:], g, h)
-		} else {
-			binary.BigEndian.PutUint64(rd.r.key[1:genPrefixLen], g)
+	floor := rd.s.floorGen()
+	for _, g := range gens {
+		if g < floor {
+			continue
 		}
-		// The comparer's Split is the whole key, so a prefix seek is an
-		// exact-match probe that can use the sstable Bloom filters.
-		if rd.it.SeekPrefixGE(rd.r.key[:]) {
-			v, err := rd.it.ValueAndErr()
-			if err == nil {
-				version, err = decodeVersion(v)
-			}
-			if err != nil {
-				return 0, 0, false, fmt.Errorf("statestore: get generation %d: %w", gen, err)
-			}
-			return gen, version, true, nil
+		if v, ok := rd.active.get(g, h); ok {
+			return g, v, true, nil
 		}
-		if err := rd.it.Error(); err != nil {
-			return 0, 0, false, fmt.Errorf("statestore: get generation %d: %w", gen, err)
+		if v, ok := rd.imm.get(g, h); ok {
+			return g, v, true, nil
+		}
+		for i, r := range rd.runs.of(g) {
+			if i == 0 {
+				putRunKey(rd.r.key[:], g, r.id, h)
+			} else {
+				binary.BigEndian.PutUint64(rd.r.key[genPrefixLen:runPrefixLen], r.id)
+			}
+			// The comparer's Split is the whole key, so a prefix seek is an
+			// exact-match probe that can use the sstable Bloom filters.
+			if rd.it.SeekPrefixGE(rd.r.key[:]) {
+				v, err := rd.it.ValueAndErr()
+				if err == nil {
+					version, err = decodeVersion(v)
+				}
+				if err != nil {
+					return 0, 0, false, fmt.Errorf("statestore: get generation %d: %w", g, err)
+				}
+				return g, version, true, nil
+			}
+			if err := rd.it.Error(); err != nil {
+				return 0, 0, false, fmt.Errorf("statestore: get generation %d: %w", g, err)
+			}
 		}
 	}
 	return 0, 0, false, nil

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -45,16 +46,35 @@ type State struct {
 // writer; Commit, Expire, Flush and Compact are serialised internally. Close
 // must not race with any other call.
 type Store struct {
-	db        *pebble.DB
-	opts      Options
-	fatal     *fatalState
-	writeOpts *pebble.WriteOptions
-	readers   sync.Pool // *reader for Get and Lookup
+	db      *pebble.DB
+	po      *pebble.Options
+	opts    Options
+	dir     string
+	fatal   *fatalState
+	readers sync.Pool // *reader for Get and Lookup
+	memKeys uint64    // keys a memIndex collects before it becomes a run
 
 	closed atomic.Bool
 
-	wmu      sync.Mutex // serialises writers and Close
-	stateBuf []byte     // encoded State, reused by Commit (under wmu)
+	wmu    sync.Mutex // serialises writers and Close
+	log    *commitLog // the active memIndex's log (nil: no log)
+	logNum uint64     // number of the newest log file
+	job    *flushJob  // the memIndex being flushed (under wmu)
+
+	// viewMu orders what readers see against the flusher: a reader takes
+	// the read lock while it captures active, imm and runs and opens its
+	// Pebble iterator; the flusher publishes under the write lock after its
+	// runs are ingested and before it deletes anything they replace.
+	viewMu sync.RWMutex
+	active *memIndex // commits since the last handover (writer: under wmu)
+	imm    *memIndex // handed to the flusher, not yet in runs
+	runs   atomic.Pointer[runSet]
+
+	flushCh     chan *flushJob
+	loopDone    chan struct{}
+	loopStarted bool
+
+	durableFloor uint64 // the floor recorded in Pebble (flusher only)
 
 	mu    sync.Mutex // guards state and floor for readers
 	state State
@@ -62,7 +82,8 @@ type Store struct {
 }
 
 // Open opens the store in dir, creating it if needed. dir may be a mount
-// point: Pebble's files live in the subdirectory dir/db.
+// point: Pebble's files live in the subdirectory dir/db, the commit logs in
+// dir itself.
 func Open(dir string, opts Options) (*Store, error) {
 	opts.applyDefaults()
 	if err := opts.validate(); err != nil {
@@ -95,16 +116,21 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("statestore: open %s: %w", dbDir, err)
 	}
 	s := &Store{
-		db:    db,
-		opts:  opts,
-		fatal: fatal,
-		// Durability is relaxed on purpose: the store is a cache of the
-		// committed output topic. Flush syncs on demand ("Crash semantics").
-		writeOpts: pebble.NoSync,
-		readers:   sync.Pool{New: newReader},
+		db:       db,
+		po:       po,
+		opts:     opts,
+		dir:      dir,
+		fatal:    fatal,
+		readers:  sync.Pool{New: newReader},
+		memKeys:  opts.memKeys(),
+		flushCh:  make(chan *flushJob, 1),
+		loopDone: make(chan struct{}),
 	}
 	if err := s.load(); err != nil {
-		if cerr := s.Close(); cerr != nil && !errors.Is(err, ErrFatal) {
+		if s.loopStarted {
+			close(s.flushCh)
+		}
+		if cerr := s.closeDB(); cerr != nil && !errors.Is(err, ErrFatal) {
 			err = errors.Join(err, cerr)
 		}
 		return nil, fmt.Errorf("statestore: open %s: %w", dbDir, err)
@@ -177,7 +203,8 @@ func formatRecord(versionMode bool) []byte {
 	return f
 }
 
-// load reads the metadata: format, state and floor.
+// load reads the metadata (format, state, floor, runs), removes what a
+// crash left half done, replays the commit logs and starts the flusher.
 func (s *Store) load() (err error) {
 	defer s.fatal.recover(&err)
 	want := formatRecord(s.opts.VersionMode)
@@ -187,6 +214,9 @@ func (s *Store) load() (err error) {
 		return err
 	case !ok:
 		return errors.New("statestore: no format record: not a statestore")
+	case len(v) == 2 && v[0] < layoutVersion:
+		return fmt.Errorf("statestore: %s holds a store of layout %d, this build reads layout %d: "+
+			"remove the directory %s and restart; the job restores the store from the output topic", s.dir, v[0], layoutVersion, s.dir)
 	case len(v) != 2 || v[0] != layoutVersion:
 		return fmt.Errorf("statestore: unsupported layout %x (this build writes %x)", v, want)
 	case s.opts.ReadOnly:
@@ -210,6 +240,178 @@ func (s *Store) load() (err error) {
 		}
 		s.floor = binary.BigEndian.Uint64(v)
 	}
+	s.durableFloor = s.floor
+	rs := &runSet{gens: map[uint64][]run{}}
+	if v, ok, err = s.getMeta(metaRunsKey); err != nil {
+		return err
+	} else if ok {
+		if rs, err = decodeRuns(v); err != nil {
+			return err
+		}
+	}
+	s.runs.Store(rs)
+	if !s.opts.ReadOnly {
+		if err := s.removeOrphans(rs); err != nil {
+			return err
+		}
+	}
+	return s.recoverLogs()
+}
+
+// removeOrphans deletes the runs a crash left between their ingest and the
+// batch naming them, and the sstables of runs that were never ingested.
+func (s *Store) removeOrphans(rs *runSet) error {
+	if err := s.opts.FS.RemoveAll(s.opts.FS.PathJoin(s.dir, ingestDir)); err != nil {
+		return fmt.Errorf("statestore: remove %s: %w", ingestDir, err)
+	}
+	if err := s.opts.FS.MkdirAll(s.opts.FS.PathJoin(s.dir, ingestDir), 0o755); err != nil {
+		return fmt.Errorf("statestore: create %s: %w", ingestDir, err)
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: bucketsStart, UpperBound: bucketsEnd})
+	if err != nil {
+		return err
+	}
+	var orphans [][2]uint64
+	for ok := it.First(); ok; {
+		gen, id, _, valid := parseRunKey(it.Key())
+		if !valid {
+			_ = it.Close()
+			return fmt.Errorf("statestore: corrupt key %x", it.Key())
+		}
+		if !rs.has(gen, id) {
+			orphans = append(orphans, [2]uint64{gen, id})
+		}
+		ok = it.SeekGE(runEnd(gen, id))
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	if len(orphans) == 0 {
+		return nil
+	}
+	pb := s.db.NewBatch()
+	defer pb.Close()
+	for _, o := range orphans {
+		_ = pb.DeleteRange(runStart(o[0], o[1]), runEnd(o[0], o[1]), nil)
+	}
+	s.opts.Logger.Info("statestore: removed runs a crash left unrecorded", "dir", s.dir, "runs", len(orphans))
+	return pb.Commit(pebble.Sync)
+}
+
+// recoverLogs replays the commit logs written after the last run. A
+// writable store then writes what they held as runs (the state and floor
+// with them), removes the logs and starts a new one, so the next crash
+// replays only what is committed from now on.
+func (s *Store) recoverLogs() error {
+	fs := s.opts.FS
+	nums, err := listLogs(fs, s.dir)
+	if err != nil {
+		return fmt.Errorf("statestore: list commit logs: %w", err)
+	}
+	s.active = newMemIndex(0)
+	if len(nums) > 0 {
+		start := time.Now()
+		rp, err := replayLogs(fs, s.dir, nums, s.state.Seq)
+		if err != nil {
+			return fmt.Errorf("statestore: %w", err)
+		}
+		s.active = rp.mem
+		if rp.state.Seq > 0 {
+			s.state = rp.state
+		}
+		s.floor = max(s.floor, rp.floor)
+		s.logNum = nums[len(nums)-1]
+		s.opts.Logger.Info("statestore: replayed commit logs", "dir", s.dir, "logs", len(nums),
+			"keys", rp.mem.len(), "seq", s.state.Seq, "torn_tail", rp.torn, "took", time.Since(start))
+	}
+	if s.opts.ReadOnly {
+		return nil
+	}
+	go s.flushLoop()
+	s.loopStarted = true
+	if s.active.len() > 0 || s.floor > s.durableFloor {
+		if err := s.handOver(false); err != nil {
+			return err
+		}
+		if err := s.awaitFlush(); err != nil {
+			return err
+		}
+	}
+	for _, n := range nums {
+		if err := fs.Remove(fs.PathJoin(s.dir, logName(n))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("statestore: remove commit log: %w", err)
+		}
+	}
+	if !s.opts.DisableWAL {
+		return s.newLog()
+	}
+	return nil
+}
+
+// newLog starts the commit log of the active memIndex.
+func (s *Store) newLog() error {
+	s.logNum++
+	l, err := createLog(s.opts.FS, s.dir, s.logNum)
+	if err != nil {
+		return s.fatal.set(err)
+	}
+	s.log = l
+	s.active.logNum = s.logNum
+	return nil
+}
+
+// handOver passes the active memIndex to the flusher (after the previous
+// one is flushed) with the current state and floor, and starts a new one
+// with a new log unless closing. Called under wmu, or during Open.
+func (s *Store) handOver(closing bool) error {
+	if err := s.awaitFlush(); err != nil {
+		return err
+	}
+	if s.log != nil {
+		// Synced, so that a later Flush, which syncs only the new log,
+		// makes every commit before it durable.
+		err := s.log.sync()
+		if err == nil {
+			err = s.log.close()
+		}
+		s.log = nil
+		if err != nil {
+			return s.fatal.set(err)
+		}
+	}
+	s.mu.Lock()
+	st := s.state
+	st.Checkpoint = append([]byte(nil), s.state.Checkpoint...)
+	floor := s.floor
+	s.mu.Unlock()
+	job := &flushJob{mem: s.active, state: st, floor: floor, done: make(chan struct{})}
+	s.viewMu.Lock()
+	s.imm = s.active
+	s.active = newMemIndex(0)
+	s.viewMu.Unlock()
+	s.job = job
+	s.flushCh <- job
+	if !closing && !s.opts.DisableWAL {
+		return s.newLog()
+	}
+	return nil
+}
+
+// awaitFlush waits until the memIndex handed over last is in runs.
+func (s *Store) awaitFlush() error {
+	job := s.job
+	if job == nil {
+		return nil
+	}
+	select {
+	case <-job.done:
+	case <-s.fatal.dead:
+		return s.fatal.get()
+	}
+	if job.err != nil {
+		return job.err
+	}
+	s.job = nil
 	return nil
 }
 
@@ -334,60 +536,87 @@ func (s *Store) ScanGeneration(gen uint64, fn func(h partition.Hash, version uin
 		return err
 	}
 	defer s.fatal.recover(&err)
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: genStart(gen), UpperBound: genEnd(gen)})
-	if err != nil {
-		return fmt.Errorf("statestore: scan generation %d: %w", gen, err)
+	if gen < s.floorGen() {
+		return nil
 	}
+	s.viewMu.RLock()
+	active, imm, rs := s.active, s.imm, s.runs.Load()
+	mem := active.sorted(gen, false)
+	immEs := imm.sorted(gen, false)
+	var srcs []*runCursor
 	defer func() {
-		if cerr := it.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("statestore: scan generation %d: %w", gen, cerr)
+		for _, c := range srcs {
+			if cerr := c.close(); err == nil && cerr != nil {
+				err = fmt.Errorf("statestore: scan generation %d: %w", gen, cerr)
+			}
 		}
 	}()
-	for ok := it.First(); ok; ok = it.Next() {
-		_, h, ok := parseBucketKey(it.Key())
-		if !ok {
-			return fmt.Errorf("statestore: scan generation %d: corrupt key %x", gen, it.Key())
-		}
-		v, err := it.ValueAndErr()
+	for _, r := range rs.of(gen) {
+		c, err := s.openRunCursor(r)
 		if err != nil {
+			s.viewMu.RUnlock()
 			return fmt.Errorf("statestore: scan generation %d: %w", gen, err)
 		}
-		version, err := decodeVersion(v)
-		if err != nil {
-			return err
-		}
-		if err := fn(h, version); err != nil {
-			return err
-		}
+		srcs = append(srcs, c)
+	}
+	s.viewMu.RUnlock()
+	// The active keys are newer than imm's: merge them in first.
+	if len(immEs) > 0 {
+		mem = mergeMem(mem, immEs)
+	}
+	if err := mergeCursors(srcs, mem, fn); err != nil {
+		return wrapErr(err, "statestore: scan generation %d", gen)
 	}
 	return nil
 }
 
+// mergeMem merges two sorted entry lists of one generation; of a key in
+// both, newer's entry wins.
+func mergeMem(newer, older []memEntry) []memEntry {
+	out := make([]memEntry, 0, len(newer)+len(older))
+	for len(newer) > 0 && len(older) > 0 {
+		switch c := compareMem(&newer[0], &older[0]); {
+		case c < 0:
+			out, newer = append(out, newer[0]), newer[1:]
+		case c > 0:
+			out, older = append(out, older[0]), older[1:]
+		default:
+			out, newer, older = append(out, newer[0]), newer[1:], older[1:]
+		}
+	}
+	out = append(out, newer...)
+	return append(out, older...)
+}
+
 // Flush makes every successful Commit and Expire so far durable against a
-// machine crash: with the WAL it syncs the WAL, without it flushes the
-// memtable to an sstable. The stage need not call it (recovery re-reads the
-// output topic); it bounds how much a crash can take back.
+// machine crash: with the commit log it syncs the log, without it writes
+// the keys held in memory as runs. The stage need not call it (recovery
+// re-reads the output topic); it bounds how much a crash can take back.
 func (s *Store) Flush() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if err := s.usable(); err != nil {
 		return err
 	}
-	return wrapErr(s.fatal.await(s.flush), "statestore: flush")
-}
-
-// flush runs on an await goroutine.
-func (s *Store) flush() error {
-	if !s.opts.DisableWAL {
-		return s.db.LogData(nil, pebble.Sync)
+	if s.opts.ReadOnly {
+		return nil
 	}
-	return s.db.Flush()
+	if s.log != nil {
+		if err := s.log.sync(); err != nil {
+			return s.fatal.set(err)
+		}
+		return nil
+	}
+	if err := s.handOver(false); err != nil {
+		return err
+	}
+	return s.awaitFlush()
 }
 
-// Close flushes the memtable when the WAL is off (Pebble would drop it
-// otherwise), then closes Pebble. After a fatal error it returns that error
-// and leaves Pebble as it is: its goroutines may be parked holding locks, and
-// the process should exit. A second Close returns ErrClosed.
+// Close writes the keys held in memory as runs (so that the next Open has
+// no log to replay), then closes Pebble. After a fatal error it returns that
+// error and leaves Pebble as it is: its goroutines may be parked holding
+// locks, and the process should exit. A second Close returns ErrClosed.
 func (s *Store) Close() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
@@ -397,15 +626,29 @@ func (s *Store) Close() error {
 	if err := s.fatal.get(); err != nil {
 		return err
 	}
+	if s.opts.ReadOnly {
+		return s.closeDB()
+	}
 	var ferr error
-	if s.opts.DisableWAL {
-		ferr = s.fatal.await(s.db.Flush)
+	if s.active.len() > 0 || s.floor > s.durableFloor || s.log != nil {
+		ferr = s.handOver(true)
+		if ferr == nil {
+			ferr = s.awaitFlush()
+		}
 		if errors.Is(ferr, ErrFatal) {
 			return ferr
 		}
 	}
-	if err := s.fatal.await(s.db.Close); err != nil {
+	close(s.flushCh)
+	select {
+	case <-s.loopDone:
+	case <-s.fatal.dead:
+		return s.fatal.get()
+	}
+	if err := s.closeDB(); err != nil {
 		return errors.Join(ferr, err)
 	}
 	return ferr
 }
+
+func (s *Store) closeDB() error { return s.fatal.await(s.db.Close) }

@@ -425,9 +425,7 @@ func TestReadAllocs(t *testing.T) {
 			}
 			commit(0, 10000)
 			commit(10000, 20000)
-			if err := s.db.Flush(); err != nil { // serve most reads from an sstable
-				t.Fatal(err)
-			}
+			writeRuns(t, s) // serve most reads from runs
 			commit(20000, 21000)
 			var j uint64
 			gens := []uint64{3, 2, 1}
@@ -437,7 +435,7 @@ func TestReadAllocs(t *testing.T) {
 			}{
 				{"get miss", func() { j++; _, _, _ = s.Get(2, keyOf(1, j%21000)) }},
 				{"get hit sstable", func() { j++; _, _, _ = s.Get(1, keyOf(1, j%20000)) }},
-				{"get hit memtable", func() { j++; _, _, _ = s.Get(1, keyOf(1, 20000+j%1000)) }},
+				{"get hit memory", func() { j++; _, _, _ = s.Get(1, keyOf(1, 20000+j%1000)) }},
 				{"lookup miss", func() { j++; _, _, _, _ = s.Lookup(keyOf(2, j), gens) }},
 				{"lookup hit", func() { j++; _, _, _, _ = s.Lookup(keyOf(1, j%20000), gens) }},
 				{"put", func() { j++; b.Put(1, keyOf(3, j), j) }},
@@ -487,15 +485,27 @@ func TestBatchOrder(t *testing.T) {
 				b.Put(k.gen, keyOf(0, k.j), uint64(i))
 				want[k] = uint64(i)
 			}
-			b.sortEntries()
-			for i := 1; i < len(b.entries); i++ {
-				if c := compareEntries(&b.entries[i-1], &b.entries[i]); c >= 0 {
-					t.Fatalf("entries %d and %d out of order", i-1, i)
-				}
-			}
 			if _, err := s.Commit(b, State{}); err != nil {
 				t.Fatal(err)
 			}
+			es := s.active.sorted(0, true)
+			for i := 1; i < len(es); i++ {
+				if c := compareMem(&es[i-1], &es[i]); c >= 0 {
+					t.Fatalf("entries %d and %d out of order", i-1, i)
+				}
+			}
+			check := func() {
+				t.Helper()
+				for k, v := range want {
+					got, found, err := s.Get(k.gen, keyOf(0, k.j))
+					if err != nil || !found || got != v {
+						t.Fatalf("key %v: version %d found %t err %v, want %d", k, got, found, err, v)
+					}
+				}
+			}
+			check()
+			// Written as runs, the same.
+			writeRuns(t, s)
 			for k, v := range want {
 				got, found, err := s.Get(k.gen, keyOf(0, k.j))
 				if err != nil || !found || got != v {
@@ -617,5 +627,20 @@ func TestReadOnly(t *testing.T) {
 	}
 	if _, err := r.Commit(r.NewBatch(), State{}); err == nil {
 		t.Error("a read-only store accepted a commit")
+	}
+}
+
+// writeRuns hands the keys in memory to the flusher and waits until they
+// are in runs.
+func writeRuns(t testing.TB, s *Store) {
+	t.Helper()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	err := s.handOver(false)
+	if err == nil {
+		err = s.awaitFlush()
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,0 +1,252 @@
+package statestore
+
+import (
+	"cmp"
+	"math/bits"
+	"slices"
+	"sync"
+
+	"github.com/dedupstream/dedupstream/partition"
+)
+
+// memEntry is one key held in memory: h emitted in generation gen.
+type memEntry struct {
+	gen     uint64
+	h       partition.Hash
+	version uint64
+}
+
+func compareMem(a, b *memEntry) int {
+	if c := cmp.Compare(a.gen, b.gen); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.h.Hi, b.h.Hi); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.h.Lo, b.h.Lo)
+}
+
+// memBytesPerKey is what a key costs in a memIndex: a 32-byte entry and at
+// most four bytes of slots per slot, two slots per key at the fullest.
+const memBytesPerKey = 32 + 2*4
+
+// memIndex holds the keys committed since the last run was written: an
+// open-addressing hash table over an entry slice, so that a confirming read
+// of a recent key never reaches Pebble and a Commit costs one hash insert per
+// key. Of several Puts of one (gen, h) the last wins. Once it is handed to
+// the flusher it is immutable. Readers and the one writer synchronise on mu.
+type memIndex struct {
+	mu      sync.RWMutex
+	entries []memEntry
+	slots   []uint32 // index+1 into entries; 0 is empty
+	gens    []genCount
+	// logNum is the commit log file holding these commits (0: none).
+	logNum uint64
+}
+
+type genCount struct {
+	gen  uint64
+	keys uint64
+}
+
+func newMemIndex(logNum uint64) *memIndex { return &memIndex{logNum: logNum} }
+
+func slotHash(gen uint64, h partition.Hash) uint64 {
+	return (h.Lo ^ gen*0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9
+}
+
+// len returns the number of distinct keys.
+func (m *memIndex) len() int {
+	if m == nil {
+		return 0
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.entries)
+}
+
+// putAll inserts es in order; a later entry of the same key wins.
+func (m *memIndex) putAll(es []entry) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range es {
+		m.put(es[i].gen, es[i].h, es[i].version)
+	}
+}
+
+func (m *memIndex) put(gen uint64, h partition.Hash, version uint64) {
+	if 2*(len(m.entries)+1) > len(m.slots) {
+		m.grow()
+	}
+	mask := uint64(len(m.slots) - 1)
+	for i := slotHash(gen, h) >> (64 - bits.Len(uint(mask))); ; i = (i + 1) & mask {
+		s := m.slots[i]
+		if s == 0 {
+			m.entries = append(m.entries, memEntry{gen: gen, h: h, version: version})
+			m.slots[i] = uint32(len(m.entries))
+			m.count(gen)
+			return
+		}
+		if e := &m.entries[s-1]; e.gen == gen && e.h == h {
+			e.version = version
+			return
+		}
+	}
+}
+
+func (m *memIndex) count(gen uint64) {
+	for i := range m.gens {
+		if m.gens[i].gen == gen {
+			m.gens[i].keys++
+			return
+		}
+	}
+	m.gens = append(m.gens, genCount{gen: gen, keys: 1})
+}
+
+func (m *memIndex) grow() {
+	n := max(1024, 2*len(m.slots))
+	m.slots = make([]uint32, n)
+	mask := uint64(n - 1)
+	shift := 64 - bits.Len(uint(mask))
+	for j := range m.entries {
+		e := &m.entries[j]
+		i := slotHash(e.gen, e.h) >> shift
+		for m.slots[i] != 0 {
+			i = (i + 1) & mask
+		}
+		m.slots[i] = uint32(j + 1)
+	}
+}
+
+// get returns the version of (gen, h) if m holds it. A nil m holds nothing.
+func (m *memIndex) get(gen uint64, h partition.Hash) (uint64, bool) {
+	if m == nil {
+		return 0, false
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if len(m.slots) == 0 {
+		return 0, false
+	}
+	mask := uint64(len(m.slots) - 1)
+	for i := slotHash(gen, h) >> (64 - bits.Len(uint(mask))); ; i = (i + 1) & mask {
+		s := m.slots[i]
+		if s == 0 {
+			return 0, false
+		}
+		if e := &m.entries[s-1]; e.gen == gen && e.h == h {
+			return e.version, true
+		}
+	}
+}
+
+// keysOf returns how many keys of gen m holds.
+func (m *memIndex) keysOf(gen uint64) uint64 {
+	if m == nil {
+		return 0
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, g := range m.gens {
+		if g.gen == gen {
+			return g.keys
+		}
+	}
+	return 0
+}
+
+// generations appends the generations m holds keys of.
+func (m *memIndex) generations(dst []uint64) []uint64 {
+	if m == nil {
+		return dst
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, g := range m.gens {
+		dst = append(dst, g.gen)
+	}
+	return dst
+}
+
+// sortedGen returns a sorted copy of the entries of gen (gen < 0: all of
+// them, sorted by generation then hash).
+func (m *memIndex) sorted(gen uint64, all bool) []memEntry {
+	if m == nil {
+		return nil
+	}
+	m.mu.RLock()
+	var out []memEntry
+	if all {
+		out = slices.Clone(m.entries)
+	} else {
+		for i := range m.entries {
+			if m.entries[i].gen == gen {
+				out = append(out, m.entries[i])
+			}
+		}
+	}
+	m.mu.RUnlock()
+	sortMem(out)
+	return out
+}
+
+// sortMem sorts es by (gen, h); keys are unique. Within one generation the
+// hashes are uniform: one counting pass on the top bits of Hi, then an
+// insertion sort inside the (tiny) buckets, a few ns per key where a
+// comparison sort costs ~0.3 us.
+func sortMem(es []memEntry) {
+	n := len(es)
+	if n < 64 {
+		slices.SortFunc(es, func(a, b memEntry) int { return compareMem(&a, &b) })
+		return
+	}
+	// Group by generation first (few generations: a stable partition).
+	slices.SortStableFunc(es, func(a, b memEntry) int { return cmp.Compare(a.gen, b.gen) })
+	var tmp []memEntry
+	var counts []int
+	for start := 0; start < n; {
+		end := start + 1
+		for end < n && es[end].gen == es[start].gen {
+			end++
+		}
+		tmp, counts = sortHashes(es[start:end], tmp, counts)
+		start = end
+	}
+}
+
+// sortHashes sorts es (one generation) by hash using tmp and counts as
+// scratch, and returns them for reuse.
+func sortHashes(es, tmp []memEntry, counts []int) ([]memEntry, []int) {
+	n := len(es)
+	if n < 64 {
+		slices.SortFunc(es, func(a, b memEntry) int { return compareMem(&a, &b) })
+		return tmp, counts
+	}
+	shift := 64 - min(bits.Len(uint(n)), 20)
+	nb := 1 << (64 - shift)
+	if cap(counts) < nb+1 {
+		counts = make([]int, nb+1)
+	}
+	counts = counts[:nb+1]
+	clear(counts)
+	for i := range es {
+		counts[1+int(es[i].h.Hi>>shift)]++
+	}
+	for i := 1; i <= nb; i++ {
+		counts[i] += counts[i-1]
+	}
+	tmp = slices.Grow(tmp[:0], n)[:n]
+	for i := range es {
+		d := int(es[i].h.Hi >> shift)
+		tmp[counts[d]] = es[i]
+		counts[d]++
+	}
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && compareMem(&tmp[j-1], &tmp[j]) > 0; j-- {
+			tmp[j-1], tmp[j] = tmp[j], tmp[j-1]
+		}
+	}
+	copy(es, tmp)
+	return tmp, counts
+}
