@@ -26,9 +26,13 @@ func compareMem(a, b *memEntry) int {
 	return cmp.Compare(a.h.Lo, b.h.Lo)
 }
 
-// memBytesPerKey is what a key costs in a memIndex: a 32-byte entry and at
-// most four bytes of slots per slot, two slots per key at the fullest.
-const memBytesPerKey = 32 + 2*4
+// memBytesPerKey is what a key costs in a memIndex: a 32-byte entry and
+// two 8-byte slots (the table is at most half full).
+const memBytesPerKey = 32 + 2*8
+
+// Entries live in chunks of 1<<memChunkBits, so that growing never copies
+// them.
+const memChunkBits = 16
 
 // memIndex holds the keys committed since the last run was written: an
 // open-addressing hash table over an entry slice, so that a confirming read
@@ -36,10 +40,14 @@ const memBytesPerKey = 32 + 2*4
 // key. Of several Puts of one (gen, h) the last wins. Once it is handed to
 // the flusher it is immutable. Readers and the one writer synchronise on mu.
 type memIndex struct {
-	mu      sync.RWMutex
-	entries []memEntry
-	slots   []uint32 // index+1 into entries; 0 is empty
-	gens    []genCount
+	mu     sync.RWMutex
+	chunks [][]memEntry
+	n      int
+	// slots: the low 32 bits are the entry's index+1 (0: empty), the high
+	// 32 bits the top bits of its slot hash, compared before the entry is
+	// touched, so a probe costs one cache miss.
+	slots []uint64
+	gens  []genCount
 	// logNum is the commit log file holding these commits (0: none).
 	logNum uint64
 }
@@ -55,6 +63,25 @@ func slotHash(gen uint64, h partition.Hash) uint64 {
 	return (h.Lo ^ gen*0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9
 }
 
+func (m *memIndex) at(i int) *memEntry {
+	return &m.chunks[i>>memChunkBits][i&(1<<memChunkBits-1)]
+}
+
+func (m *memIndex) appendEntry(e memEntry) {
+	if m.n>>memChunkBits == len(m.chunks) {
+		m.chunks = append(m.chunks, make([]memEntry, 1<<memChunkBits))
+	}
+	*m.at(m.n) = e
+	m.n++
+}
+
+// each calls fn for every entry, under the read lock.
+func (m *memIndex) each(fn func(e *memEntry)) {
+	for i := 0; i < m.n; i++ {
+		fn(m.at(i))
+	}
+}
+
 // len returns the number of distinct keys.
 func (m *memIndex) len() int {
 	if m == nil {
@@ -62,7 +89,7 @@ func (m *memIndex) len() int {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return len(m.entries)
+	return m.n
 }
 
 // putAll inserts es in order; a later entry of the same key wins.
@@ -75,19 +102,24 @@ func (m *memIndex) putAll(es []entry) {
 }
 
 func (m *memIndex) put(gen uint64, h partition.Hash, version uint64) {
-	if 2*(len(m.entries)+1) > len(m.slots) {
+	if 2*(m.n+1) > len(m.slots) {
 		m.grow()
 	}
 	mask := uint64(len(m.slots) - 1)
-	for i := slotHash(gen, h) >> (64 - bits.Len(uint(mask))); ; i = (i + 1) & mask {
+	sh := slotHash(gen, h)
+	fp := sh >> 32 << 32
+	for i := sh >> (64 - bits.Len(uint(mask))); ; i = (i + 1) & mask {
 		s := m.slots[i]
 		if s == 0 {
-			m.entries = append(m.entries, memEntry{gen: gen, h: h, version: version})
-			m.slots[i] = uint32(len(m.entries))
+			m.appendEntry(memEntry{gen: gen, h: h, version: version})
+			m.slots[i] = fp | uint64(m.n)
 			m.count(gen)
 			return
 		}
-		if e := &m.entries[s-1]; e.gen == gen && e.h == h {
+		if s&^0xFFFFFFFF != fp {
+			continue
+		}
+		if e := m.at(int(uint32(s)) - 1); e.gen == gen && e.h == h {
 			e.version = version
 			return
 		}
@@ -106,16 +138,17 @@ func (m *memIndex) count(gen uint64) {
 
 func (m *memIndex) grow() {
 	n := max(1024, 2*len(m.slots))
-	m.slots = make([]uint32, n)
+	m.slots = make([]uint64, n)
 	mask := uint64(n - 1)
 	shift := 64 - bits.Len(uint(mask))
-	for j := range m.entries {
-		e := &m.entries[j]
-		i := slotHash(e.gen, e.h) >> shift
+	for j := 0; j < m.n; j++ {
+		e := m.at(j)
+		sh := slotHash(e.gen, e.h)
+		i := sh >> shift
 		for m.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
-		m.slots[i] = uint32(j + 1)
+		m.slots[i] = sh>>32<<32 | uint64(j+1)
 	}
 }
 
@@ -130,12 +163,17 @@ func (m *memIndex) get(gen uint64, h partition.Hash) (uint64, bool) {
 		return 0, false
 	}
 	mask := uint64(len(m.slots) - 1)
-	for i := slotHash(gen, h) >> (64 - bits.Len(uint(mask))); ; i = (i + 1) & mask {
+	sh := slotHash(gen, h)
+	fp := sh >> 32 << 32
+	for i := sh >> (64 - bits.Len(uint(mask))); ; i = (i + 1) & mask {
 		s := m.slots[i]
 		if s == 0 {
 			return 0, false
 		}
-		if e := &m.entries[s-1]; e.gen == gen && e.h == h {
+		if s&^0xFFFFFFFF != fp {
+			continue
+		}
+		if e := m.at(int(uint32(s)) - 1); e.gen == gen && e.h == h {
 			return e.version, true
 		}
 	}
@@ -178,14 +216,13 @@ func (m *memIndex) sorted(gen uint64, all bool) []memEntry {
 	m.mu.RLock()
 	var out []memEntry
 	if all {
-		out = slices.Clone(m.entries)
-	} else {
-		for i := range m.entries {
-			if m.entries[i].gen == gen {
-				out = append(out, m.entries[i])
-			}
-		}
+		out = make([]memEntry, 0, m.n)
 	}
+	m.each(func(e *memEntry) {
+		if all || e.gen == gen {
+			out = append(out, *e)
+		}
+	})
 	m.mu.RUnlock()
 	sortMem(out)
 	return out

@@ -1,0 +1,304 @@
+package statestore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/dedupstream/dedupstream/partition"
+)
+
+// BenchmarkLayout fills a store with LAYOUT_KEYS keys (default 1M; the
+// sizes are comma-separated, e.g. LAYOUT_KEYS=1000000,10000000) in 10k-key
+// commits, ten generations over the fill, in each candidate layout, and
+// reports:
+//
+//   - keys/s and cpu-us/key over the whole fill and over its last tenth
+//     (last-keys/s: the cost per key at that store size), background work
+//     included (the fill ends with the store settled);
+//   - confirm-cpu-ns: the CPU time of one confirming read of a present key
+//     of a random generation (a duplicate), through one Reader per 2000
+//     reads as the stage does; miss-cpu-ns: a read of an absent key (a
+//     Bloom false positive).
+//
+// On a shared machine the CPU figures are the steady ones; keys/s is wall
+// clock.
+//
+// Candidates: "memtable" is layout 1 (one Pebble key per hash, written
+// through the memtable, leveled compaction), with its production options
+// and with two cheap Pebble option variants; "runs" is layout 2, the store
+// itself. Run with -benchtime 1x:
+//
+//	LAYOUT_KEYS=1000000,10000000 go test ./statestore/ -run '^$' -bench Layout -benchtime 1x
+func BenchmarkLayout(b *testing.B) {
+	sizes := []int{1_000_000}
+	if v := os.Getenv("LAYOUT_KEYS"); v != "" {
+		sizes = sizes[:0]
+		for _, f := range splitComma(v) {
+			n, err := strconv.Atoi(f)
+			if err != nil {
+				b.Fatal(err)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	variants := []struct {
+		name string
+		open func(b *testing.B) layoutStore
+	}{
+		{"runs", func(b *testing.B) layoutStore { return &runsLayout{s: benchOpen(b, Options{})} }},
+		{"memtable", func(b *testing.B) layoutStore { return openMemtableLayout(b, nil) }},
+		{"memtable-l0-8-conc-2", func(b *testing.B) layoutStore {
+			return openMemtableLayout(b, func(o *pebble.Options) {
+				o.L0CompactionThreshold = 8
+				o.CompactionConcurrencyRange = func() (int, int) { return 2, 2 }
+			})
+		}},
+		{"memtable-conc-1", func(b *testing.B) layoutStore {
+			return openMemtableLayout(b, func(o *pebble.Options) {
+				o.CompactionConcurrencyRange = func() (int, int) { return 1, 1 }
+			})
+		}},
+	}
+	if v := os.Getenv("LAYOUT_VARIANTS"); v != "" {
+		keep := variants[:0]
+		for _, vr := range variants {
+			for _, name := range splitComma(v) {
+				if vr.name == name {
+					keep = append(keep, vr)
+				}
+			}
+		}
+		variants = keep
+	}
+	for _, n := range sizes {
+		for _, vr := range variants {
+			b.Run(fmt.Sprintf("keys=%s/%s", countName(n), vr.name), func(b *testing.B) {
+				for b.Loop() {
+					ls := vr.open(b)
+					layoutFill(b, ls, n)
+				}
+			})
+		}
+	}
+}
+
+func splitComma(s string) []string {
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			if i > start {
+				out = append(out, s[start:i])
+			}
+			start = i + 1
+		}
+	}
+	return out
+}
+
+func countName(n int) string {
+	switch {
+	case n%1_000_000 == 0:
+		return strconv.Itoa(n/1_000_000) + "M"
+	case n%1000 == 0:
+		return strconv.Itoa(n/1000) + "k"
+	}
+	return strconv.Itoa(n)
+}
+
+// layoutStore is what the fill needs of a candidate layout.
+type layoutStore interface {
+	commit(gen uint64, hs []partition.Hash) error
+	settle() error // finish background work
+	openReader() error
+	lookup(gen uint64, h partition.Hash) (bool, error)
+	closeReader() error
+}
+
+func layoutFill(b *testing.B, ls layoutStore, n int) {
+	const commitKeys = 10_000
+	perGen := max(n/10, commitKeys)
+	hs := make([]partition.Hash, commitKeys)
+	runtime.GC()
+	start, cpu := time.Now(), cpuTime()
+	var lastStart time.Time
+	var lastCPU time.Duration
+	for i := 0; i < n; i += commitKeys {
+		if i >= n-n/10 && lastStart.IsZero() {
+			lastStart, lastCPU = time.Now(), cpuTime()
+		}
+		gen := uint64(i / perGen)
+		for j := range hs {
+			hs[j] = keyOf(1, uint64(i+j))
+		}
+		if err := ls.commit(gen, hs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := ls.settle(); err != nil {
+		b.Fatal(err)
+	}
+	el, elCPU := time.Since(start), cpuTime()-cpu
+	last, lastC := time.Since(lastStart), cpuTime()-lastCPU
+	b.ReportMetric(float64(n)/el.Seconds(), "keys/s")
+	b.ReportMetric(float64(elCPU.Nanoseconds())/1e3/float64(n), "cpu-us/key")
+	b.ReportMetric(float64(n/10)/last.Seconds(), "last-keys/s")
+	b.ReportMetric(float64(lastC.Nanoseconds())/1e3/float64(n/10), "last-cpu-us/key")
+
+	const reads, perReader = 20_000, 2000
+	probe := func(absent bool) time.Duration {
+		start := cpuTime()
+		for i := 0; i < reads; i++ {
+			if i%perReader == 0 {
+				if i > 0 {
+					if err := ls.closeReader(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := ls.openReader(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			j := uint64(i) * 7919 % uint64(n)
+			gen, h := j/uint64(perGen), keyOf(1, j)
+			if absent {
+				h = keyOf(99, j)
+			}
+			found, err := ls.lookup(gen, h)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if found == absent {
+				b.Fatalf("key %d of gen %d: found %t", j, gen, found)
+			}
+		}
+		if err := ls.closeReader(); err != nil {
+			b.Fatal(err)
+		}
+		return (cpuTime() - start) / reads
+	}
+	b.ReportMetric(float64(probe(false).Nanoseconds()), "confirm-cpu-ns")
+	b.ReportMetric(float64(probe(true).Nanoseconds()), "miss-cpu-ns")
+}
+
+// runsLayout is layout 2: the Store itself.
+type runsLayout struct {
+	s     *Store
+	batch *Batch
+	rd    Reader
+	gens  [1]uint64
+}
+
+func (l *runsLayout) commit(gen uint64, hs []partition.Hash) error {
+	if l.batch == nil {
+		l.batch = l.s.NewBatch()
+	}
+	for _, h := range hs {
+		l.batch.Put(gen, h, 0)
+	}
+	_, err := l.s.Commit(l.batch, State{Generation: gen, Checkpoint: make([]byte, 64)})
+	return err
+}
+
+func (l *runsLayout) settle() error {
+	l.s.wmu.Lock()
+	defer l.s.wmu.Unlock()
+	// Write the keys in memory as runs, then wait for the merges that
+	// started: the loop merges before it takes the next job.
+	if err := l.s.handOver(false); err != nil {
+		return err
+	}
+	if err := l.s.awaitFlush(); err != nil {
+		return err
+	}
+	l.s.job = &flushJob{mem: newMemIndex(0), state: l.s.State(), floor: l.s.floorGen(), done: make(chan struct{})}
+	l.s.flushCh <- l.s.job
+	return l.s.awaitFlush()
+}
+
+func (l *runsLayout) openReader() error { return l.s.OpenReader(&l.rd) }
+func (l *runsLayout) closeReader() error {
+	return l.rd.Close()
+}
+func (l *runsLayout) lookup(gen uint64, h partition.Hash) (bool, error) {
+	l.gens[0] = gen
+	_, _, found, err := l.rd.Lookup(h, l.gens[:])
+	return found, err
+}
+
+// memtableLayout is layout 1, kept here to measure against: 25-byte keys
+// 0x01+gen+hash in a Pebble batch per commit, sorted, with the state key.
+type memtableLayout struct {
+	db   *pebble.DB
+	pb   *pebble.Batch
+	es   []memEntry
+	tmp  []memEntry
+	cnt  []int
+	key  [25]byte
+	it   *pebble.Iterator
+	iopt pebble.IterOptions
+}
+
+func openMemtableLayout(b *testing.B, tune func(*pebble.Options)) *memtableLayout {
+	o := Options{tune: tune}
+	o.applyDefaults()
+	cache := pebble.NewCache(o.pebbleCacheSize())
+	defer cache.Unref()
+	po := o.pebbleOptions(cache, newFatalState(o.Logger))
+	db, err := pebble.Open(b.TempDir(), po)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	return &memtableLayout{db: db, pb: db.NewBatch(), iopt: pebble.IterOptions{UseL6Filters: true}}
+}
+
+func (l *memtableLayout) putKey(gen uint64, h partition.Hash) {
+	l.key[0] = prefixBucket
+	binary.BigEndian.PutUint64(l.key[1:9], gen)
+	h.Put(l.key[9:25])
+}
+
+func (l *memtableLayout) commit(gen uint64, hs []partition.Hash) error {
+	l.es = l.es[:0]
+	for _, h := range hs {
+		l.es = append(l.es, memEntry{gen: gen, h: h})
+	}
+	l.tmp, l.cnt = sortHashes(l.es, l.tmp, l.cnt)
+	l.pb.Reset()
+	for i := range l.es {
+		l.putKey(l.es[i].gen, l.es[i].h)
+		_ = l.pb.Set(l.key[:], nil, nil)
+	}
+	_ = l.pb.Set(metaStateKey, make([]byte, 64), nil)
+	return l.pb.Commit(pebble.NoSync)
+}
+
+func (l *memtableLayout) settle() error {
+	if err := l.db.Flush(); err != nil {
+		return err
+	}
+	for l.db.Metrics().Compact.NumInProgress > 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+func (l *memtableLayout) openReader() (err error) {
+	l.it, err = l.db.NewIter(&l.iopt)
+	return err
+}
+
+func (l *memtableLayout) closeReader() error { return l.it.Close() }
+
+func (l *memtableLayout) lookup(gen uint64, h partition.Hash) (bool, error) {
+	l.putKey(gen, h)
+	ok := l.it.SeekPrefixGE(l.key[:])
+	return ok, l.it.Error()
+}
