@@ -1,11 +1,14 @@
 package pipeline
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -112,8 +115,7 @@ func openBenchEnv(b *testing.B, keys int, ceiling bool) *benchEnv {
 			b.Fatal(err)
 		}
 		e.dir = dir
-		cfg := Config{Window: benchWindow, ExpectedKeys: uint(keys)}
-		st, err := Open(dir, cfg, Options{Clock: func() time.Time { return time.UnixMilli(benchEpochMs + 1000*benchWindow.Milliseconds()) }})
+		st, err := Open(dir, benchConfig(keys), Options{Clock: benchClock})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -209,7 +211,11 @@ func BenchmarkReopen(b *testing.B) {
 		// the WAL replay of those commits; stale finds the periodic
 		// snapshot and scans the generations written since, rebuild finds
 		// none and scans the whole store.
-		for _, kind := range []string{"snapshot", "rebuild", "stale"} {
+		//
+		// kill9 is the real crash: a child process opens the stage, saves
+		// the periodic snapshot, commits a tenth of the window more and
+		// kills itself with SIGKILL; the store replays its commit log.
+		for _, kind := range []string{"snapshot", "rebuild", "stale", "kill9"} {
 			b.Run(fmt.Sprintf("keys=%dM/%s", keys/1_000_000, kind), func(b *testing.B) {
 				e := openBenchEnv(b, keys, false)
 				cfg, opts := e.stage.cfg, Options{Clock: e.stage.clock}
@@ -218,7 +224,13 @@ func BenchmarkReopen(b *testing.B) {
 				for range b.N {
 					b.StopTimer()
 					var periodic []byte
-					if kind != "snapshot" {
+					if kind == "kill9" {
+						if err := e.stage.Close(); err != nil {
+							b.Fatal(err)
+						}
+						killedChild(b, e, keys)
+					}
+					if kind == "stale" || kind == "rebuild" {
 						if err := e.stage.SaveSnapshot(); err != nil {
 							b.Fatal(err)
 						}
@@ -236,8 +248,10 @@ func BenchmarkReopen(b *testing.B) {
 							}
 						}
 					}
-					if err := e.stage.Close(); err != nil {
-						b.Fatal(err)
+					if kind != "kill9" {
+						if err := e.stage.Close(); err != nil {
+							b.Fatal(err)
+						}
 					}
 					switch kind {
 					case "stale": // the crash leaves the periodic snapshot
@@ -260,4 +274,61 @@ func BenchmarkReopen(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchConfig and benchClock are the engine benchmarks' stage settings.
+func benchConfig(keys int) Config { return Config{Window: benchWindow, ExpectedKeys: uint(keys)} }
+
+func benchClock() time.Time {
+	return time.UnixMilli(benchEpochMs + 1000*benchWindow.Milliseconds())
+}
+
+// killedChild runs TestKill9Child in a child process on e's closed stage
+// and waits for it to die of SIGKILL; e's stream moves past the keys the
+// child committed.
+func killedChild(b *testing.B, e *benchEnv, keys int) {
+	b.Helper()
+	n := keys / 10
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKill9Child$")
+	cmd.Env = append(os.Environ(), "KILL9_DIR="+e.dir, "KILL9_KEYS="+strconv.Itoa(keys),
+		"KILL9_FROM="+strconv.FormatUint(e.stream.next, 10), "KILL9_N="+strconv.Itoa(n))
+	cmd.Stderr = os.Stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		b.Fatalf("child: %v, want death by SIGKILL", err)
+	}
+	e.stream.next += uint64(n)
+}
+
+// TestKill9Child is the child of killedChild; without its environment it
+// does nothing.
+func TestKill9Child(t *testing.T) {
+	dir := os.Getenv("KILL9_DIR")
+	if dir == "" {
+		t.Skip("only run by BenchmarkReopen")
+	}
+	keys, _ := strconv.Atoi(os.Getenv("KILL9_KEYS"))
+	n, _ := strconv.Atoi(os.Getenv("KILL9_N"))
+	from, _ := strconv.ParseUint(os.Getenv("KILL9_FROM"), 10, 64)
+	st, err := Open(dir, benchConfig(keys), Options{Clock: benchClock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SaveSnapshot(); err != nil {
+		t.Fatal(err)
+	}
+	stream := newKeyStream(keys)
+	stream.next = from
+	var out []Decision
+	for done := 0; done < n; done += benchBatch {
+		if out, _, err = st.Process(stream.batch(benchBatch, true), out[:0]); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Commit(nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
 }

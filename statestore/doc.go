@@ -6,59 +6,112 @@
 // output from the checkpoint the store holds, so the store may lose recent
 // commits but must never be inconsistent.
 //
-// # Layout
+// # Layout (format 2)
 //
-// Pebble's files live in dir/db. A new store is created in dir/db.creating
-// and renamed into place once complete, so a crash during creation leaves
-// nothing Pebble would refuse to open (it did without this: a MANIFEST
-// marker without its MANIFEST).
+// Pebble's files live in dir/db; the commit logs (dir/commits-NNNNNN.log)
+// and the sstables being written (dir/ingest) next to it. A new store is
+// created in dir/db.creating and renamed into place once complete, so a
+// crash during creation leaves nothing Pebble would refuse to open (it did
+// without this: a MANIFEST marker without its MANIFEST).
 //
-// Keys are 25 bytes: 0x01, the generation (8 bytes big-endian), the hash
-// (16 bytes big-endian). Values are empty in mode "first" and a uvarint
-// version in mode "version". Metadata lives under the prefix 0x00, which
-// sorts before every bucket: the state record (Seq, Generation, opaque
-// Checkpoint), the expiry floor, and the format (layout version and mode; a
-// store refuses to open in the other mode).
+// Keys a Commit records go to two places: an in-memory index of recent keys
+// (an open-addressing hash table, memIndex) and the commit log. When the
+// index holds MemTableSize worth of keys (48 bytes per key: 1.4M keys at
+// 64 MiB) it is handed to a background flusher and a new one starts. The
+// flusher sorts the keys and writes them, one generation at a time, as a
+// sorted run: an sstable written directly (no memtable, no WAL) whose keys
+// are 33 bytes, 0x01, the generation (8 bytes big-endian), the run id (8
+// bytes, a counter across the store), the hash (16 bytes). A run's key range
+// overlaps no other run, so Pebble ingests it straight into the last level
+// and never compacts it: a key is written once when its run is made, and
+// again only when runs are merged. Values are empty in mode "first" and a
+// uvarint version in mode "version". Metadata lives under the prefix 0x00,
+// which sorts before every bucket: the state record (Seq, Generation,
+// opaque Checkpoint), the expiry floor, the format (layout version and mode;
+// a store refuses to open in the other mode) and the run registry (every
+// live run: generation, id, keys, bytes; and the next id).
+//
+// Runs of one generation are merged size-tiered: when the newest four runs
+// of a generation are of one size tier (up to 1x, 4x, 16x, ... the index's
+// size) the flusher merges them into one. A key is thus rewritten about
+// log4(generation size / index size) times, and a generation has at most
+// three runs per tier: at 100M keys in 4 generations and 64 MiB, at most
+// about 8 runs. Merges never cross generations.
+//
+// A store of layout 1 (one key per hash written through the memtable,
+// before this layout) is refused with an error that names its directory:
+// remove it and the job restores the store from the output topic.
+//
+// # Why this layout (measured)
+//
+// Layout 1 wrote every key through Pebble's memtable; keys are uniformly
+// random within a generation, so every flush overlapped the whole
+// generation below it and leveled compaction rewrote each key more often
+// the larger the store: BenchmarkLayout, filling 10k-key commits over ten
+// generations (CPU per key, flushes and compactions included, same run,
+// machine shared with six other jobs):
+//
+//	                          1M keys   4M keys
+//	layout 1 (memtable)       2.54 us   3.57 us
+//	layout 1, L0 8, 2 compactions 1.73 us   3.42 us
+//	layout 2 (runs)           1.11 us   1.10 us
+//
+// Layout 2 is flat in the store's size; the Pebble option variants of
+// layout 1 only move the curve. A confirming read costs about the same in
+// both at these sizes (8.7 vs 8.6 us of CPU at 1M, a data block read from
+// the page cache dominating; a key still in memory costs a hash probe), and
+// a miss (a Bloom false positive of the front) ends at each run's sstable
+// filter (0.9 us at 1M). The bucketed merge-operand spike (the previous
+// issue's closing note) cut ingest too but made reads of unmerged buckets
+// 4-14x slower; keeping the recent keys in a hash index instead answers
+// those reads from memory.
 //
 // # Generations and expiry
 //
 // Time is cut into generations; a key emitted in generation g is stored in
-// bucket g, that is under the key prefix 0x01+g. Expire(oldest) deletes every
-// bucket below oldest with one DeleteRange, and records oldest as the floor in
-// the same batch, so a crash never leaves one without the other. Expire is
-// idempotent and never lowers the floor; Commit refuses keys below the floor
-// (ErrExpiredGeneration). Deleted buckets vanish from reads at once. Their
-// disk space returns when Pebble compacts the range: whole sstables inside it
-// are dropped without being rewritten (delete-only compactions), and the
-// memtable holding the range deletion is flushed within 10 s so that this
-// happens even under a light load. Compact forces it.
+// bucket g, that is under the key prefix 0x01+g. Expire(oldest) records
+// oldest as the floor (in the commit log, and in memory, so reads and
+// Commits see it at once) and hands the index to the flusher, which deletes
+// every bucket below the floor with one DeleteRange in the same Pebble batch
+// as the floor, the state and the runs, so a crash never leaves one without
+// the others. Expire is idempotent and never lowers the floor; Commit
+// refuses keys below the floor (ErrExpiredGeneration). Deleted buckets vanish
+// from reads at once. Their disk space returns when Pebble compacts the
+// range: whole sstables inside it (every run is one) are dropped without
+// being rewritten (delete-only compactions), and the memtable holding the
+// range deletion is flushed within 10 s so that this happens even under a
+// light load. Compact forces it.
 //
 // # Commits
 //
-// A Batch collects the keys of one commit cycle. Commit writes them and the
-// State in one Pebble batch: after any crash the store holds both or neither.
-// Seq counts commits. Batches are written in key order (a stable counting
-// pass on the hash, then an insertion sort within tiny buckets), because
-// Pebble's memtable skiplist inserts sorted keys faster: 2.3 instead of 4.2 us
-// of CPU per key on this 2-core machine. Larger batches insert faster per key
-// than small ones (1.9 us/key at 10k keys per commit, 3.1 us at 1k).
+// A Batch collects the keys of one commit cycle. Commit appends them with
+// the State to the commit log (one record: length, CRC-32C, payload) and
+// inserts them into the index; it costs about 0.3 us of CPU per key
+// (BenchmarkMemPut: 0.22 us for the insert). The run written from an index
+// records, in one synced Pebble batch, the state of its last commit and the
+// run registry; the log of that index is then removed. The sstables are
+// ingested before that batch: a crash between the two leaves runs the
+// registry does not name, and Open deletes them (their keys are still in
+// the log). Seq counts commits.
 //
 // # Crash semantics
 //
-// Commits are not synced. With the WAL (the default) a Commit is in Pebble's
-// WAL buffer when it returns and reaches the OS within milliseconds: a
-// process crash (kill -9) loses at most those last commits; a machine crash
-// loses the commits since the last Flush or WAL rotation. With DisableWAL a
-// Commit lives only in the memtable until it is flushed: any crash loses
-// every commit since the last memtable flush (up to two 64 MiB memtables, a
-// few million keys), and Close flushes. In every case the store reopens at
-// some commit c with exactly the keys of commits <= c and its floor, and
-// Flush makes everything committed so far durable. The crash tests check
-// this with Pebble's crash-clone file system at random points, with and
-// without unsynced data kept. The stage's recovery then reads the output
-// topic from c's checkpoint. The WAL costs ~15 % of ingest throughput
-// (0.63 vs 0.76 M keys/s in 10k-key commits) and saves that replay after
-// the common kill -9, hence the default.
+// Commits are not synced. With the commit log (the default) a Commit is
+// written to the log file when it returns: a process crash (kill -9) loses
+// none; a machine crash loses the commits since the last Flush or index
+// handover (which syncs the log it closes). With DisableWAL the commits in
+// the index are lost on any crash (up to MemTableSize worth of keys) and the
+// job re-reads them from the output topic. Open replays the logs after the
+// state Pebble holds, in order, and stops at the first record that is torn,
+// fails its checksum or leaves a gap in the commit sequence; it then writes
+// what it replayed as runs and removes the logs, so a restart costs one
+// index's worth of replay whatever the store's size. In every case the store
+// reopens at some commit c with exactly the keys of commits <= c and its
+// floor, and Flush makes everything committed so far durable. The crash
+// tests check this with Pebble's crash-clone file system at random points,
+// with and without unsynced data kept. The stage's recovery then reads the
+// output topic from c's checkpoint. Close writes the index as runs, so a
+// clean restart replays nothing.
 //
 // # Fatal errors
 //
@@ -91,11 +144,15 @@
 //
 // # Reads
 //
-// Get and Lookup do not allocate. They use a prefix seek with the sstable
-// Bloom filters of every level: Pebble's own DB.Get skips the filters of the
-// last level, which holds most keys, so each miss would read a data block
-// (from disk once the store outgrows the cache). Measured at 1M keys, all in
-// cache: a miss 2.9 us instead of 4.1 us, a hit 5.1 us instead of 4.2 us.
+// Get and Lookup do not allocate. Per generation they ask the index of
+// recent keys, the index being flushed, then the generation's runs newest
+// first, each with one prefix seek that uses the run's sstable Bloom filter
+// (Pebble's own DB.Get skips the filters of the last level, where every run
+// lives, so each miss would read a data block). A Reader captures the index
+// pointers and the run registry under a read lock together with its Pebble
+// iterator; the flusher publishes new runs under the write lock only after
+// ingesting them, and deletes merged inputs only after publishing, so a
+// Reader always finds every key in the runs it names.
 //
 // # Pebble options
 //
@@ -108,11 +165,11 @@
 //   - No compression: the keys are random hashes after a shared 9-byte prefix
 //     that the columnar block format already strips; Snappy left the size
 //     unchanged (89 vs 87 MiB at 4M keys) and only costs CPU on reads.
-//   - MemTableSize 64 MiB, at most two memtables before writes stall.
-//   - L0 files of 16 MiB (4 L0 files at 4M keys instead of 25 at Pebble's
-//     2 MiB), L0 compaction at 4 sublevels, write stop at 24, Lbase 4
-//     memtables, 1-2 concurrent compactions. Against Pebble's own values for
-//     these, ingest was the same within noise at 3M keys (2.05 vs 2.14 us of
-//     CPU per key, BenchmarkCommitOptions); they are chosen for fewer files
-//     per read and fewer stalls during bursts, not for a measured gain.
+//   - MemTableSize 64 MiB, at most two memtables before writes stall. With
+//     layout 2 Pebble's memtable holds only metadata batches; MemTableSize
+//     sizes the index of recent keys.
+//   - L0 files of 16 MiB, L0 compaction at 4 sublevels, write stop at 24,
+//     Lbase 4 memtables, 1-2 concurrent compactions: chosen for layout 1,
+//     where they measured the same as Pebble's own within noise; layout 2
+//     ingests into the last level and leaves Pebble little to compact.
 package statestore
