@@ -418,15 +418,31 @@ func (s *Stage) Restore(in []Record, checkpoint []byte) error {
 	}
 	s.Abort()
 	s.advance(in)
+	// A bulk load: the keys go straight into the store's batch (the last
+	// Put of a key wins, as the output's newest version must) and the Bloom
+	// front, without the cycle's collapse map, which a restore never reads;
+	// the store sorts them into runs (statestore.Store.Load) and makes them
+	// visible before any later read.
 	for i := range in {
 		key, version, err := s.keyer.identity(&in[i])
 		if err != nil {
+			s.batch.Reset()
 			return fmt.Errorf("pipeline: restore: output record %d: %w", i, err)
 		}
-		var c Counts
-		s.emit(partition.HashKey(key), version, &c)
+		h := partition.HashKey(key)
+		s.filter.Add(h)
+		s.batch.Put(s.cur, h, version)
 	}
-	return s.Commit(checkpoint)
+	if _, err := s.store.Load(s.batch, statestore.State{Generation: s.cur, Checkpoint: checkpoint}); err != nil {
+		s.err = fmt.Errorf("pipeline: restore: %w", err)
+		return s.err
+	}
+	// A no-op unless the window moved since the store's last expiry.
+	if err := s.store.Expire(s.win.oldestLive(s.cur)); err != nil {
+		s.err = fmt.Errorf("pipeline: restore: expire: %w", err)
+		return s.err
+	}
+	return nil
 }
 
 // State is the store's last committed state: its checkpoint is what the

@@ -84,6 +84,9 @@ func (s *Store) Commit(b *Batch, st State) (State, error) {
 	if s.opts.ReadOnly {
 		return State{}, errReadOnly
 	}
+	if err := s.finishLoad(); err != nil {
+		return State{}, err
+	}
 	floor := s.floorGen()
 	if len(b.entries) > 0 && b.minGen < floor {
 		return State{}, fmt.Errorf("statestore: commit: %w: generation %d is below the floor %d", ErrExpiredGeneration, b.minGen, floor)

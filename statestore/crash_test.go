@@ -164,7 +164,11 @@ func (w *workload) step(s *Store, b *Batch) error {
 	for j := 0; j < w.h.commitKeys[i]; j++ {
 		b.Put(gen, keyOf(i, uint64(j)), i)
 	}
-	if _, err := s.Commit(b, State{Generation: gen, Checkpoint: checkpointOf(i)}); err != nil {
+	commit := s.Commit
+	if w.rng.IntN(3) == 0 {
+		commit = s.Load // a bulk restore's commit
+	}
+	if _, err := commit(b, State{Generation: gen, Checkpoint: checkpointOf(i)}); err != nil {
 		return err
 	}
 	w.committed, w.floors = i, 0

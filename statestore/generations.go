@@ -24,6 +24,9 @@ func (s *Store) Expire(oldestLive uint64) error {
 	if s.opts.ReadOnly {
 		return errReadOnly
 	}
+	if err := s.finishLoad(); err != nil {
+		return err
+	}
 	if s.log != nil {
 		if err := s.log.appendExpire(oldestLive); err != nil {
 			return s.fatal.set(err)
@@ -46,6 +49,9 @@ func (s *Store) Compact() error {
 		return err
 	}
 	if !s.opts.ReadOnly {
+		if err := s.finishLoad(); err != nil {
+			return err
+		}
 		if err := s.handOver(false); err != nil {
 			return err
 		}
@@ -76,6 +82,9 @@ type GenStats struct {
 // first.
 func (s *Store) Generations() (gens []GenStats, err error) {
 	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if err := s.endLoad(); err != nil {
 		return nil, err
 	}
 	floor := s.floorGen()

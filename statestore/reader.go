@@ -31,6 +31,9 @@ func (s *Store) OpenReader(rd *Reader) (err error) {
 		return err
 	}
 	defer s.fatal.recover(&err)
+	if err := s.endLoad(); err != nil {
+		return err
+	}
 	r := s.readers.Get().(*reader)
 	r.opts.PointKeyFilters = r.filters[:0]
 	// Under the read lock: the runs captured and the iterator's view of

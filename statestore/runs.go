@@ -193,11 +193,12 @@ func (rw *runWriter) finish() (run, error) {
 
 // flushJob hands a full memIndex to the flusher.
 type flushJob struct {
-	mem   *memIndex
-	state State  // the state of the last commit in mem
-	floor uint64 // the floor in force when mem was handed over
-	err   error
-	done  chan struct{}
+	mem    *memIndex
+	loaded []entry // instead of mem: the keys of Loads
+	state  State   // the state of the last commit in mem
+	floor  uint64  // the floor in force when mem was handed over
+	err    error
+	done   chan struct{}
 }
 
 // flushLoop writes the memIndexes it is handed into runs, then merges runs
@@ -235,7 +236,12 @@ func (s *Store) runJob(fn func() error) (err error) {
 // crash between the two leaves runs the registry does not name: Open deletes
 // them, and the commit log still holds their keys.
 func (s *Store) flushMem(job *flushJob) error {
-	es := job.mem.sorted(0, true)
+	var es []memEntry
+	if job.mem != nil {
+		es = job.mem.sorted(0, true)
+	} else {
+		es = sortLoaded(job.loaded)
+	}
 	rs := s.runs.Load().clone()
 	var written []run
 	var paths []string
@@ -293,14 +299,14 @@ func (s *Store) flushMem(job *flushJob) error {
 	s.durableFloor = max(s.durableFloor, job.floor)
 	s.viewMu.Lock()
 	s.runs.Store(rs)
-	if s.imm == job.mem {
+	if job.mem != nil && s.imm == job.mem {
 		s.imm = nil
 	}
 	s.viewMu.Unlock()
 	for _, p := range paths {
 		_ = s.opts.FS.Remove(p) // Pebble holds a link of its own
 	}
-	if job.mem.logNum != 0 {
+	if job.mem != nil && job.mem.logNum != 0 {
 		if err := s.opts.FS.Remove(s.opts.FS.PathJoin(s.dir, logName(job.mem.logNum))); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("remove commit log: %w", err)
 		}

@@ -70,6 +70,9 @@ type Store struct {
 	imm    *memIndex // handed to the flusher, not yet in runs
 	runs   atomic.Pointer[runSet]
 
+	loadBuf []entry     // keys of Loads not yet handed to the flusher (under wmu)
+	loading atomic.Bool // Loads not yet all in runs
+
 	flushCh     chan *flushJob
 	loopDone    chan struct{}
 	loopStarted bool
@@ -536,6 +539,9 @@ func (s *Store) ScanGeneration(gen uint64, fn func(h partition.Hash, version uin
 		return err
 	}
 	defer s.fatal.recover(&err)
+	if err := s.endLoad(); err != nil {
+		return err
+	}
 	if gen < s.floorGen() {
 		return nil
 	}
@@ -601,6 +607,9 @@ func (s *Store) Flush() error {
 	if s.opts.ReadOnly {
 		return nil
 	}
+	if err := s.finishLoad(); err != nil {
+		return err
+	}
 	if s.log != nil {
 		if err := s.log.sync(); err != nil {
 			return s.fatal.set(err)
@@ -628,6 +637,9 @@ func (s *Store) Close() error {
 	}
 	if s.opts.ReadOnly {
 		return s.closeDB()
+	}
+	if err := s.finishLoad(); err != nil {
+		return err
 	}
 	var ferr error
 	if s.active.len() > 0 || s.floor > s.durableFloor || s.log != nil {
