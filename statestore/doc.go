@@ -51,17 +51,19 @@
 // generations (CPU per key, flushes and compactions included, same run,
 // machine shared with six other jobs):
 //
-//	                          1M keys   4M keys
-//	layout 1 (memtable)       2.54 us   3.57 us
-//	layout 1, L0 8, 2 compactions 1.73 us   3.42 us
-//	layout 2 (runs)           1.11 us   1.10 us
+//	                                 1M keys   4M keys   10M keys
+//	layout 1 (memtable)              2.54 us   3.57 us
+//	layout 1, L0 at 8, 2 compactions 1.73 us   3.42 us
+//	layout 2 (runs)                  1.11 us   1.10 us   1.05 us
 //
 // Layout 2 is flat in the store's size; the Pebble option variants of
-// layout 1 only move the curve. A confirming read costs about the same in
-// both at these sizes (8.7 vs 8.6 us of CPU at 1M, a data block read from
-// the page cache dominating; a key still in memory costs a hash probe), and
-// a miss (a Bloom false positive of the front) ends at each run's sstable
-// filter (0.9 us at 1M). The bucketed merge-operand spike (the previous
+// layout 1 only move the curve (one compaction at a time was slower than
+// both). A confirming read of a key already in a run costs a data block
+// read in both layouts (CPU per read, process-wide: 8.7 vs 8.6 us at 1M,
+// 17 vs 12.8 us at 4M, 27 us at 10M for layout 2: it grows with the
+// store, and is the open cost of this layout); a key still in memory costs
+// a hash probe. A miss (a Bloom false positive of the front) ends at each
+// run's sstable filter (0.9 us at 1M, 3.9 us at 10M). The bucketed merge-operand spike (the previous
 // issue's closing note) cut ingest too but made reads of unmerged buckets
 // 4-14x slower; keeping the recent keys in a hash index instead answers
 // those reads from memory.
