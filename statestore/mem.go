@@ -48,7 +48,8 @@ type memIndex struct {
 	// touched, so a probe costs one cache miss.
 	slots []uint64
 	gens  []genCount
-	// logNum is the commit log file holding these commits (0: none).
+	// logNum is the newest commit log holding these commits (0: none);
+	// once they are in runs, it and every older log are removed.
 	logNum uint64
 }
 

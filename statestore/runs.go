@@ -307,8 +307,19 @@ func (s *Store) flushMem(job *flushJob) error {
 		_ = s.opts.FS.Remove(p) // Pebble holds a link of its own
 	}
 	if job.mem != nil && job.mem.logNum != 0 {
-		if err := s.opts.FS.Remove(s.opts.FS.PathJoin(s.dir, logName(job.mem.logNum))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("remove commit log: %w", err)
+		// Every log up to the index's own holds only commits now in runs
+		// (after a restart, the index replayed several).
+		nums, err := listLogs(s.opts.FS, s.dir)
+		if err != nil {
+			return fmt.Errorf("list commit logs: %w", err)
+		}
+		for _, n := range nums {
+			if n > job.mem.logNum {
+				break
+			}
+			if err := s.opts.FS.Remove(s.opts.FS.PathJoin(s.dir, logName(n))); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove commit log: %w", err)
+			}
 		}
 	}
 	return nil

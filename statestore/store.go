@@ -302,9 +302,9 @@ func (s *Store) removeOrphans(rs *runSet) error {
 }
 
 // recoverLogs replays the commit logs written after the last run. A
-// writable store then writes what they held as runs (the state and floor
-// with them), removes the logs and starts a new one, so the next crash
-// replays only what is committed from now on.
+// writable store then hands what they held to the flusher, which writes it
+// as runs (the state and floor with them) and removes the logs, and starts
+// a new log, so the next crash replays only what is committed from now on.
 func (s *Store) recoverLogs() error {
 	fs := s.opts.FS
 	nums, err := listLogs(fs, s.dir)
@@ -319,6 +319,7 @@ func (s *Store) recoverLogs() error {
 			return fmt.Errorf("statestore: %w", err)
 		}
 		s.active = rp.mem
+		s.active.logNum = nums[len(nums)-1]
 		if rp.state.Seq > 0 {
 			s.state = rp.state
 		}
@@ -332,18 +333,15 @@ func (s *Store) recoverLogs() error {
 	}
 	go s.flushLoop()
 	s.loopStarted = true
-	if s.active.len() > 0 || s.floor > s.durableFloor {
-		if err := s.handOver(false); err != nil {
-			return err
+	if len(nums) > 0 {
+		// The replayed keys go to the flusher like a full index: readers
+		// find them there at once, Open does not wait for their runs, and
+		// the flusher removes the replayed logs once they are written.
+		// Commits from now on go to a new log.
+		if s.active.logNum == 0 {
+			s.active.logNum = nums[len(nums)-1]
 		}
-		if err := s.awaitFlush(); err != nil {
-			return err
-		}
-	}
-	for _, n := range nums {
-		if err := fs.Remove(fs.PathJoin(s.dir, logName(n))); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("statestore: remove commit log: %w", err)
-		}
+		return s.handOver(false)
 	}
 	if !s.opts.DisableWAL {
 		return s.newLog()
