@@ -154,7 +154,7 @@ func TestBudgetSharedByStores(t *testing.T) {
 // floor a Budget derives (MinPlannedMemTableSize). Use -benchtime=300x (3M
 // keys); cpu-us/key includes flushes and compactions.
 func BenchmarkCommitMemTable(b *testing.B) {
-	for _, mt := range []uint64{1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20} {
+	for _, mt := range []uint64{2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20} {
 		b.Run(fmt.Sprintf("memtable=%dMiB", mt>>20), func(b *testing.B) {
 			s := benchOpen(b, Options{MemTableSize: mt})
 			benchCommit(b, s, 10000)
