@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -68,9 +69,9 @@ func TestMemoryRSS(t *testing.T) {
 		}
 		results[mode] = r
 		t.Logf("%-9s %2d partitions x %d keys: RSS peak %s, at end %s (after open %s); Bloom fronts %s; "+
-			"beyond the Bloom fronts %.2f B/key; memtable %s per store, cache capacity %s, blocks cached %s; fill %.0f keys/s",
+			"beyond the Bloom fronts %.2f B/key; memtable %s per store, cache capacity %s, blocks cached %s; fill %.0f keys/s, %.2f us CPU/key",
 			mode, parts, keys, mib(r.HWM), mib(r.RSSEnd), mib(r.RSSOpen), mib(r.Bloom),
-			float64(r.RSSEnd-r.RSSOpen-r.Bloom)/float64(parts*keys), mib(r.MemTable), mib(r.CacheCap), mib(r.CacheUsed), r.KeysPerSec)
+			float64(r.RSSEnd-r.RSSOpen-r.Bloom)/float64(parts*keys), mib(r.MemTable), mib(r.CacheCap), mib(r.CacheUsed), r.KeysPerSec, r.CPUPerKey)
 	}
 	if r, ok := results["budget"]; ok {
 		// Under 1 GiB for the case; in general under the budget,
@@ -131,6 +132,13 @@ func procStatus(t *testing.T, field string) int64 {
 	}
 	t.Fatalf("no %s in /proc/self/status", field)
 	return 0
+}
+
+// cpuTime is the CPU time of the whole process, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // TestMemoryRSSChild is one configuration of TestMemoryRSS.
@@ -230,13 +238,14 @@ func TestMemoryRSSChild(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	for from := 0; from < keys; from += batch {
 		for p, st := range stages {
 			fill(st, p, from, min(batch, keys-from), true)
 		}
 	}
 	res.KeysPerSec = float64(parts*keys) / time.Since(start).Seconds()
+	res.CPUPerKey = float64((cpuTime() - cpu).Microseconds()) / float64(parts*keys)
 	// Repeats of the newest keys: every one is a Bloom maybe confirmed by
 	// the store, through the cache.
 	for p, st := range stages {
