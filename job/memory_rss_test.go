@@ -112,7 +112,7 @@ type rssResult struct {
 	Mode                                  string
 	RSSOpen, RSSEnd, HWM, Bloom           int64
 	Budget, MemTable, CacheCap, CacheUsed int64
-	KeysPerSec                            float64
+	KeysPerSec, CPUPerKey                 float64 // fill rate; process CPU us per key filled
 }
 
 // procStatus returns a field of /proc/self/status in bytes.
