@@ -35,24 +35,27 @@ type Budget struct {
 // Defaults and bounds of a Budget.
 const (
 	// DefaultMemory is the budget of a process whose configuration sets
-	// none. Measured: 16 stores of 1M keys each and their Bloom fronts ran
-	// in 0.76 GiB of RSS under it (see docs/scaling.md, "Memory").
+	// none. Measured: 16 stores of 1M keys each with their Bloom fronts
+	// peaked at 399 MiB of RSS under it, 686 MiB with a cache per store
+	// (docs/scaling.md, "Memory").
 	DefaultMemory int64 = 512 << 20
 
 	// MinPlannedMemTableSize is the smallest memtable a budget derives.
-	// Smaller memtables flush so often that ingest slows (2.6 instead of
-	// 2.2 us of CPU per key at 1 MiB against 4 MiB, BenchmarkCommitMemTable),
-	// so a budget too small for its stores is refused instead (or, where the
-	// store count is only known at run time, exceeded; see MemTableSize).
+	// Smaller memtables flush so often that ingest costs more CPU per key
+	// (BenchmarkCommitMemTable, one run on a loaded machine: 4.7 us at
+	// 2 MiB, 3.9 at 4 MiB, 2.1 at 8 MiB, 2.3 at 64 MiB), so a budget too
+	// small for its stores is refused where the store count is known (a
+	// static assignment) and exceeded, with a warning, where it is not (see
+	// PlanMemTable).
 	MinPlannedMemTableSize uint64 = 4 << 20
 
 	// MaxPlannedMemTableSize is the largest memtable a budget derives:
-	// DefaultMemTableSize. Larger ones did not ingest faster; the rest of
-	// the budget serves blocks.
+	// DefaultMemTableSize, what a store had before budgets. Larger ones
+	// measured no faster; the rest of the budget serves blocks.
 	MaxPlannedMemTableSize = DefaultMemTableSize
 
-	// MinMemory is the smallest budget: one store with three memtables of
-	// MinMemTableSize in half of it leaves the rest for a few blocks.
+	// MinMemory is the smallest budget accepted at all; whether it fits
+	// the stores is PlanMemTable's question.
 	MinMemory int64 = 4 << 20
 
 	// memTablesPerStore is the most memtables one store has allocated:
