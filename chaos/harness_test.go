@@ -212,7 +212,7 @@ input: {topics: [%s]}
 output: {topic: %s, dlq_topic: %s}
 assignment: %s
 dedup: {key: ["json:order_id"], expected_keys: 100000}
-state: {dir: %s, cache_size: 8MiB, memtable_size: %s}
+state: {dir: %s, memory: 64MiB, memtable_size: %s}
 commit: {interval: 50ms, max_records: 1000, shutdown_timeout: 20s}
 log: {level: info, format: text}
 metrics: {listen: "127.0.0.1:0"}

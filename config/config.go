@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
+	"github.com/dedupstream/dedupstream/statestore"
 )
 
 // Config is one dedupstream job.
@@ -144,12 +145,20 @@ type Dedup struct {
 type State struct {
 	// Dir holds one store per owned partition. Required.
 	Dir string `yaml:"dir"`
-	// CacheSize is the Pebble block cache per store. The default value is
-	// 128MiB.
-	CacheSize ByteSize `yaml:"cache_size"`
-	// MemTableSize is the Pebble memtable size per store. The default
-	// value is 64MiB.
+	// Memory bounds the Pebble memory of every store of this instance
+	// together: one block cache shared by all owned partitions, to which
+	// Pebble also charges their memtables; memtables take at most half.
+	// The Bloom fronts are not in it (see docs/scaling.md, "Memory"). The
+	// default value is 512MiB (statestore.DefaultMemory).
+	Memory ByteSize `yaml:"memory"`
+	// MemTableSize fixes each store's memtable size instead of deriving it
+	// from Memory: 3 memtables per store must then fit in half of Memory.
+	// The default value is 0: Memory / (6 x owned partitions), in 64KiB
+	// steps, between 4MiB and 64MiB.
 	MemTableSize ByteSize `yaml:"memtable_size"`
+	// CacheSize was the block cache of each store; Memory replaces it and
+	// a config that sets it is refused.
+	CacheSize ByteSize `yaml:"cache_size"`
 }
 
 // Commit bounds the commit cycle.
@@ -217,11 +226,8 @@ func (c *Config) ApplyDefaults() {
 	if c.Dedup.MaxRecordBytes == 0 {
 		c.Dedup.MaxRecordBytes = 1 << 20
 	}
-	if c.State.CacheSize == 0 {
-		c.State.CacheSize = 128 << 20
-	}
-	if c.State.MemTableSize == 0 {
-		c.State.MemTableSize = 64 << 20
+	if c.State.Memory == 0 {
+		c.State.Memory = ByteSize(statestore.DefaultMemory)
 	}
 	if c.Commit.Interval == 0 {
 		c.Commit.Interval = 100 * time.Millisecond
@@ -307,6 +313,7 @@ func load(path string, lookup func(string) (string, bool)) (*Config, error) {
 	if c.Assignment.Mode == "static" && len(c.Assignment.Partitions) == 0 && c.Assignment.PartitionsFile != "" {
 		c.Assignment.Partitions = v.partitionsFile(resolve(path, c.Assignment.PartitionsFile), lookup)
 	}
+	c.State.validateMemory(&v, &c.Assignment)
 	if len(v.problems) > 0 {
 		slices.SortStableFunc(v.problems, func(a, b Problem) int {
 			return cmp.Or(strings.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))

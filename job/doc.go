@@ -151,7 +151,9 @@
 // groups' committed offsets); checkpoint.go is the checkpoint codec;
 // records.go turns fetched records into the stage's; metrics.go is the
 // Prometheus collector, metrics_stage.go what stages publish to it and
-// metrics_hist.go the bulk-filled histogram. Stats' stage counters have one
+// metrics_hist.go the bulk-filled histogram; memory.go the run's one state
+// memory budget (state.memory: a block cache all stores share, memtables
+// sized per assignment) and its metrics. Stats' stage counters have one
 // source, the partitions' metrics, which Job.Stats sums. Tests reach into
 // a job only through internal/testhook.
 //

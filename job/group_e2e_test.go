@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/dedupstream/dedupstream/config"
+	"github.com/dedupstream/dedupstream/statestore"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -21,7 +22,20 @@ func (e *env) groupConfig(name string, topics ...string) *config.Config {
 	cfg.Assignment.HeartbeatInterval = 300 * time.Millisecond
 	cfg.Assignment.RebalanceTimeout = 15 * time.Second
 	cfg.State.Dir += "-" + name
+	// Memtables derived per generation: 256MiB / 6 / partitions owned.
+	cfg.State.Memory, cfg.State.MemTableSize = 256<<20, 0
 	return cfg
+}
+
+// checkMemTable checks that r's stores got the memtable size planned for
+// the partitions its current generation owns.
+func (e *env) checkMemTable(r *running) {
+	e.t.Helper()
+	n := r.job.Stats().Assigned
+	want, _ := statestore.PlanMemTable(256<<20, 0, n)
+	if got := gather(e.t, r.job.Collector()).get(e.t, "dedupstream_state_memtable_size_bytes"); got != float64(want) {
+		e.t.Errorf("%d partitions owned: memtable size %v, want %d", n, got, want)
+	}
 }
 
 // waitAssigned waits until the instances own all partitions between them,
@@ -75,11 +89,13 @@ func TestGroupRebalance(t *testing.T) {
 
 	b := e.start(e.groupConfig("b"))
 	e.waitAssigned(30*time.Second, a, b)
+	e.checkMemTable(b) // 2 of 4 partitions: 21 MiB memtables
 	feed(chunks[third : 2*third])
 	e.waitCommitted(b, 0.6, 30*time.Second)
 
 	e.stop(a) // leaves the group: b takes a's partitions over
 	e.waitAssigned(30*time.Second, b)
+	e.checkMemTable(b) // all 4: 10.6 MiB
 	feed(chunks[2*third:])
 	e.waitCommitted(b, 1, 45*time.Second)
 	e.stop(b)

@@ -193,6 +193,7 @@ type Job struct {
 	mu    sync.Mutex
 	stats Stats
 	parts map[int]*partMetrics // see metrics.go
+	mem   *memory              // see memory.go; set while Run runs
 }
 
 // New checks that cfg is something this build can run and returns a Job.
@@ -304,6 +305,10 @@ func (j *Job) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	if err := j.openMemory(); err != nil {
+		return err
+	}
+	defer j.closeMemory()
 	if j.cfg.Assignment.Mode == "group" {
 		return j.runGroup(ctx, layout)
 	}
@@ -315,6 +320,7 @@ func (j *Job) Run(ctx context.Context) error {
 // runStages runs a stage for each of parts until ctx ends or one fails; a
 // failure cancels the others. It returns the failures joined.
 func (j *Job) runStages(ctx context.Context, parts []int, lay layout, group sink.Group) error {
+	j.planMemory(len(parts))
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var (

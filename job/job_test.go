@@ -112,7 +112,7 @@ dedup:
   expected_keys: 50000
 state:
   dir: %s
-  cache_size: 8MiB
+  memory: 64MiB
   memtable_size: 1MiB
 commit: {interval: 50ms, max_records: 2000, shutdown_timeout: 10s}
 `, e.jobID, e.brokers[0], e.kafkaYAML, strings.Join(append([]string{e.raw}, topics...), ", "), e.out, e.dlq, parts, filepath.Join(e.dir, "state"))

@@ -74,6 +74,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		descAssigned, descGenerations, descRouteIn, descRouted} {
 		ch <- d
 	}
+	for _, d := range memoryDescs {
+		ch <- d
+	}
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -85,6 +88,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descGenerations, prometheus.CounterValue, float64(s.Generations))
 	ch <- prometheus.MustNewConstMetric(descRouteIn, prometheus.CounterValue, float64(s.RouteIn))
 	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(s.Routed))
+	j.collectMemory(ch)
 	j.mu.Lock()
 	parts := make([]*partMetrics, 0, len(j.parts))
 	for _, pm := range j.parts {
@@ -138,6 +142,7 @@ func (pm *partMetrics) collect(ch chan<- prometheus.Metric, topics []string) {
 		gauge(descGen, float64(st.generation))
 		gauge(descDisk, float64(st.disk))
 		gauge(descFPR, st.fpr)
+		gauge(descBloomMemory, float64(st.bloom))
 		for age := range st.keys {
 			a := strconv.Itoa(age)
 			gauge(descStateKeys, float64(st.keys[age]), a)

@@ -40,6 +40,7 @@ type stateStats struct {
 	generation uint64
 	disk       uint64
 	fpr        float64
+	bloom      uint64   // bytes of the Bloom front
 	keys       []uint64 // by age
 	bytes      []uint64
 	fill       []float64
@@ -211,6 +212,7 @@ func readState(stage *pipeline.Stage) stateStats {
 		miss *= 1 - g.EstimatedFPR
 	}
 	st.fpr = 1 - miss
+	st.bloom = uint64(ps.FilterBytes)
 	for _, g := range ps.Store {
 		if g.Gen <= cur && cur-g.Gen < uint64(live) {
 			st.bytes[cur-g.Gen] = g.Bytes

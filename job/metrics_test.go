@@ -154,6 +154,20 @@ func TestMetrics(t *testing.T) {
 	if got := s.get(t, "dedupstream_ready_stages"); got != partitions {
 		t.Errorf("ready stages %v while running, want %d", got, partitions)
 	}
+	// One state budget for the instance: the config's, its memtable
+	// override for every store, and blocks cached within it.
+	if got := s.get(t, "dedupstream_state_memory_budget_bytes"); got != float64(cfg.State.Memory) {
+		t.Errorf("memory budget %v, want state.memory %d", got, cfg.State.Memory)
+	}
+	if got := s.get(t, "dedupstream_state_memtable_size_bytes"); got != float64(cfg.State.MemTableSize) {
+		t.Errorf("memtable size %v, want state.memtable_size %d", got, cfg.State.MemTableSize)
+	}
+	if got := s.get(t, "dedupstream_state_memory_over_budget"); got != 0 {
+		t.Errorf("over budget %v with %d partitions in %v", got, partitions, cfg.State.Memory)
+	}
+	if got := s.get(t, "dedupstream_state_block_cache_used_bytes"); got < 0 || got > float64(cfg.State.Memory) {
+		t.Errorf("block cache used %v of %v", got, cfg.State.Memory)
+	}
 	e.stop(r)
 	elapsed := float64(time.Now().UnixMilli()-startMs) / 1e3
 	s = gather(t, r.job.Collector())
@@ -232,6 +246,11 @@ func TestMetrics(t *testing.T) {
 		}
 		if d := m("dedupstream_state_disk_bytes"); d <= 0 {
 			t.Errorf("partition %d: disk bytes %v", p, d)
+		}
+		// About 2 bytes per expected key at 1 % false positives (1.2 per
+		// key of each generation, and a generation more than the window).
+		if b, keys := m("dedupstream_bloom_memory_bytes"), float64(cfg.Dedup.ExpectedKeys); b < keys || b > 3*keys {
+			t.Errorf("partition %d: Bloom front %v bytes for %v expected keys", p, b, keys)
 		}
 		if m("dedupstream_restore_progress_ratio") != 1 || m("dedupstream_restore_remaining_records") != 0 {
 			t.Errorf("partition %d: a restore is reported where none ran", p)

@@ -177,17 +177,11 @@ func (r *runner) run(ctx context.Context) (err error) {
 // open opens the stage's state and makes its producer and fetchers. The
 // caller closes r.stage.
 func (r *runner) open() error {
-	cfg := r.j.cfg
 	var err error
 	r.stage, err = pipeline.Open(r.j.stateDir(r.p), r.j.pc, pipeline.Options{
 		Clock:  r.j.opts.Clock,
 		Logger: r.log,
-		Store: statestore.Options{
-			FS:           r.storeFS(),
-			CacheSize:    int64(cfg.State.CacheSize),
-			MemTableSize: uint64(cfg.State.MemTableSize),
-			Logger:       r.log,
-		},
+		Store:  r.j.storeOptions(statestore.Options{FS: r.storeFS(), Logger: r.log}),
 	})
 	if err != nil {
 		return fmt.Errorf("partition %d: open state: %w", r.p, err)

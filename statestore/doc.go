@@ -162,7 +162,9 @@
 //     cache, so the cache it gets is CacheSize plus three memtables. With a
 //     plain 128 MiB cache and 64 MiB memtables no block stayed cached and a
 //     Get cost 14 us instead of 4 us. Memory per store is about
-//     CacheSize + 3*MemTableSize (320 MiB by default).
+//     CacheSize + 3*MemTableSize (320 MiB by default). A Budget instead
+//     gives every store of a process one shared cache (Options.Cache) and
+//     memtables sized from one bound for all of them (budget.go).
 //   - Bloom filters, 10 bits per key (~1 % false positives), on every level.
 //   - No compression: the keys are random hashes after a shared 9-byte prefix
 //     that the columnar block format already strips; Snappy left the size

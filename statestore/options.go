@@ -39,8 +39,19 @@ type Options struct {
 	// charges memtables to its block cache; the store adds their budget
 	// (3*MemTableSize) on top, so CacheSize is all for blocks.
 	//
-	// The default value is 128 MiB (DefaultCacheSize).
+	// The default value is 128 MiB (DefaultCacheSize). It is ignored when
+	// Cache is set.
 	CacheSize int64
+
+	// Cache, when set, is the block cache of the store instead of one of its
+	// own: a cache shared by every store of the process (see Budget), which
+	// then bounds the blocks and memtables of all of them together. The
+	// store takes its own reference; the caller keeps its reference and
+	// releases it (Unref, or Budget.Close) when it no longer opens stores.
+	//
+	// The default value is nil: the store has a cache of its own, sized as
+	// described under CacheSize.
+	Cache *pebble.Cache
 
 	// MemTableSize is the size of one memtable in bytes. A large memtable
 	// absorbs more Commits before a flush and makes each L0 file cover a
@@ -108,7 +119,7 @@ func (o *Options) applyDefaults() {
 // validate reports every problem, one per line, each naming its field.
 func (o *Options) validate() error {
 	var errs []error
-	if o.CacheSize < 0 {
+	if o.Cache == nil && o.CacheSize < 0 {
 		errs = append(errs, fmt.Errorf("statestore: cache_size: must be >= 0, got %d", o.CacheSize))
 	}
 	if o.MemTableSize < minMemTableSize {
@@ -118,6 +129,17 @@ func (o *Options) validate() error {
 		errs = append(errs, fmt.Errorf("statestore: memtable_size: must be < 4 GiB, got %d", o.MemTableSize))
 	}
 	return errors.Join(errs...)
+}
+
+// blockCache returns the block cache the store's Pebble uses and the release
+// of the reference Open holds while it opens: the shared Cache, or a new one
+// of its own (each Pebble DB holds its own reference either way).
+func (o *Options) blockCache() (cache *pebble.Cache, release func()) {
+	if o.Cache != nil {
+		return o.Cache, func() {}
+	}
+	cache = pebble.NewCache(o.pebbleCacheSize())
+	return cache, cache.Unref
 }
 
 // memTableStopWrites is Pebble's MemTableStopWritesThreshold: at most this

@@ -93,8 +93,8 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	fatal := newFatalState(opts.Logger)
-	cache := pebble.NewCache(opts.pebbleCacheSize())
-	defer cache.Unref() // each DB holds its own reference
+	cache, release := opts.blockCache()
+	defer release() // each DB holds its own reference
 	po := opts.pebbleOptions(cache, fatal)
 	dbDir := opts.FS.PathJoin(dir, "db")
 	if opts.ReadOnly {

@@ -28,7 +28,7 @@ assignment: {partitions: [%s]}
 dedup:
   key: ["json:order_id"]
   expected_keys: %d
-state: {dir: %q, cache_size: 16MiB, memtable_size: 4MiB}
+state: {dir: %q, memory: 128MiB}
 commit: {interval: 100ms, max_records: 5000}
 log: {level: warn}
 `

@@ -70,7 +70,7 @@ input: {topics: [%s]}
 output: {topic: %s, dlq_topic: %s}
 assignment: %s
 dedup: {key: ["json:order_id"], expected_keys: %d}
-state: {dir: %s, cache_size: 8MiB, memtable_size: 1MiB}
+state: {dir: %s, memory: 64MiB, memtable_size: 1MiB}
 commit: %s
 log: {level: %s, format: text}
 metrics: {listen: "127.0.0.1:0"}

@@ -174,7 +174,7 @@ input: {topics: [orders-raw]}
 output: {topic: orders}
 assignment: {partitions: [0, 1, 2, 3]}
 dedup: {key: ["json:order_id"], expected_keys: 20000}
-state: {dir: %s, cache_size: 8MiB, memtable_size: 1MiB}
+state: {dir: %s, memory: 64MiB, memtable_size: 1MiB}
 commit: {interval: 30ms}
 `, brokers[0], filepath.Join(dir, "state")), 0o644)
 	cfg, err := config.Load(cfgPath)

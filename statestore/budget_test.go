@@ -1,0 +1,163 @@
+package statestore
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+func TestPlanMemTable(t *testing.T) {
+	const MiB = 1 << 20
+	for _, c := range []struct {
+		size     int64
+		override uint64
+		stores   int
+		want     uint64
+		fits     bool
+	}{
+		// Half of the budget over 3 memtables per store, in 64 KiB steps.
+		{512 * MiB, 0, 16, (256 * MiB / 48) &^ (64<<10 - 1), true},
+		{512 * MiB, 0, 2, 42*MiB + 10*64<<10, true},
+		// Capped at 64 MiB: one store keeps today's memtable.
+		{512 * MiB, 0, 1, 64 * MiB, true},
+		{1 << 30, 0, 4, 42*MiB + 10*64<<10, true},
+		// Never below 4 MiB: a budget too small for its stores does not fit.
+		{64 * MiB, 0, 16, 4 * MiB, false},
+		{24 * MiB, 0, 1, 4 * MiB, true},
+		{23 * MiB, 0, 1, 4 * MiB, false},
+		// No stores counts as one (a group generation owning nothing).
+		{512 * MiB, 0, 0, 64 * MiB, true},
+		// An override is taken as it is; fits says whether half the
+		// budget holds it.
+		{64 * MiB, 1 * MiB, 3, 1 * MiB, true},
+		{64 * MiB, 4 * MiB, 3, 4 * MiB, false},
+		{64 * MiB, 128 << 10, 16, 128 << 10, true},
+	} {
+		t.Run(fmt.Sprintf("%dMiB/override=%d/stores=%d", c.size/MiB, c.override, c.stores), func(t *testing.T) {
+			got, fits := PlanMemTable(c.size, c.override, c.stores)
+			if got != c.want || fits != c.fits {
+				t.Fatalf("PlanMemTable = %d, %t; want %d, %t", got, fits, c.want, c.fits)
+			}
+			if fits && uint64(memTablesPerStore*max(c.stores, 1))*got > uint64(c.size)/2 {
+				t.Fatalf("fits, but %d stores' memtables take more than half of %d", c.stores, c.size)
+			}
+			if min := MinMemoryFor(c.override, c.stores); fits != (c.size >= min) && c.override == 0 && got == MinPlannedMemTableSize {
+				t.Fatalf("MinMemoryFor = %d disagrees with fits %t at %d", min, fits, c.size)
+			}
+		})
+	}
+}
+
+func TestNewBudgetRefusesBadSizes(t *testing.T) {
+	_, err := NewBudget(1<<20, 1024)
+	if err == nil {
+		t.Fatal("NewBudget accepted a 1 MiB budget and a 1 KiB memtable")
+	}
+	for _, field := range []string{"memory: must be >=", "memtable_size: must be between"} {
+		if !strings.Contains(err.Error(), field) {
+			t.Errorf("error %q does not name %q", err, field)
+		}
+	}
+}
+
+// TestBudgetSharedByStores opens several stores under one budget, fills
+// their memtables and reads from every one of them: each store must use the
+// one shared cache (its blocks land there, its memtables are charged to it)
+// and the memtable size the budget planned for that many stores.
+func TestBudgetSharedByStores(t *testing.T) {
+	const stores = 4
+	const budgetSize = 256 << 20 // 4 stores: 256/2/12 = 10.6 MiB memtables
+	b, err := NewBudget(budgetSize, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	wantMT, fits := b.MemTableSize(stores)
+	if !fits || wantMT != 10<<20+10*64<<10 {
+		t.Fatalf("plan: %d, fits %t", wantMT, fits)
+	}
+
+	fs := vfs.NewMem()
+	var open []*Store
+	for i := range stores {
+		s := mustOpen(t, fmt.Sprintf("s%d", i), b.Options(Options{FS: fs}, stores))
+		open = append(open, s)
+	}
+	// Every store: ~3 memtables of keys, flushed, then read back.
+	for i, s := range open {
+		if s.opts.MemTableSize != wantMT {
+			t.Fatalf("store %d: memtable %d, want %d", i, s.opts.MemTableSize, wantMT)
+		}
+		batch := s.NewBatch()
+		for c := range uint64(30) {
+			for j := range uint64(5000) {
+				batch.Put(1, keyOf(uint64(i)<<32|c, j), 0)
+			}
+			if _, err := s.Commit(batch, State{Generation: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		for j := range uint64(5000) {
+			if _, ok, err := s.Get(1, keyOf(uint64(i)<<32, j)); err != nil || !ok {
+				t.Fatalf("store %d: key %d: %v, found %t", i, j, err, ok)
+			}
+		}
+	}
+	used := b.CacheUsed()
+	if used == 0 {
+		t.Fatal("no block in the shared cache after reads from every store")
+	}
+	var memtables uint64
+	for i, s := range open {
+		m := s.db.Metrics()
+		// A store with a cache of its own reports that cache here.
+		if m.BlockCache.Size != used {
+			t.Fatalf("store %d: its block cache holds %d bytes, the shared one %d: not shared", i, m.BlockCache.Size, used)
+		}
+		if m.MemTable.Size > uint64(memTablesPerStore)*wantMT {
+			t.Fatalf("store %d: memtables %d > %d x %d", i, m.MemTable.Size, memTablesPerStore, wantMT)
+		}
+		memtables += m.MemTable.Size
+	}
+	if memtables > budgetSize/2 {
+		t.Fatalf("memtables %d exceed half the budget %d", memtables, budgetSize)
+	}
+	// The memtables are charged to the shared cache: blocks and memtables
+	// together stay within the budget.
+	if used+int64(memtables) > budgetSize {
+		t.Fatalf("blocks %d + memtables %d exceed the budget %d", used, memtables, budgetSize)
+	}
+	if b.CacheCapacity() != budgetSize {
+		t.Fatalf("cache capacity %d, want the budget %d", b.CacheCapacity(), budgetSize)
+	}
+	for _, s := range open {
+		mustClose(t, s)
+	}
+	// Stores hold their own references: the budget's cache outlives them
+	// and a store opened after others closed still uses it.
+	s := mustOpen(t, "s0", b.Options(Options{FS: fs}, 1))
+	if _, ok, err := s.Get(1, keyOf(0, 1)); err != nil || !ok {
+		t.Fatalf("reopened store: %v, found %t", err, ok)
+	}
+	if got := s.db.Metrics().BlockCache.Size; got != b.CacheUsed() {
+		t.Fatalf("reopened store's cache %d, shared %d", got, b.CacheUsed())
+	}
+	mustClose(t, s)
+}
+
+// BenchmarkCommitMemTable measures ingest against the memtable size, for the
+// floor a Budget derives (MinPlannedMemTableSize). Use -benchtime=300x (3M
+// keys); cpu-us/key includes flushes and compactions.
+func BenchmarkCommitMemTable(b *testing.B) {
+	for _, mt := range []uint64{2 << 20, 4 << 20, 8 << 20, 16 << 20, 64 << 20} {
+		b.Run(fmt.Sprintf("memtable=%dMiB", mt>>20), func(b *testing.B) {
+			s := benchOpen(b, Options{MemTableSize: mt})
+			benchCommit(b, s, 10000)
+		})
+	}
+}
