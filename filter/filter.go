@@ -17,9 +17,10 @@ import (
 //
 // A Filter is not safe for concurrent use: it belongs to one stage.
 type Filter struct {
-	cfg   Config
-	m, k  uint64 // bits and probes of every generation's first sub-filter
-	full0 uint64 // the first sub-filters' full threshold
+	cfg     Config
+	m, k    uint64 // bits and probes of every generation's first sub-filter
+	nblocks uint64 // m / blockBits
+	full0   uint64 // the first sub-filters' full threshold
 
 	cur   uint64 // newest generation
 	nlive int    // live generations: min(Generations, cur+1)
@@ -41,11 +42,12 @@ type slot struct {
 // sub is one Bloom sub-filter. The bloom filter owns the storage; words
 // aliases its bitset so probes skip the method calls.
 type sub struct {
-	bf    *bloom.BloomFilter
-	words []uint64
-	m, k  uint64
-	ones  uint64 // bits set, counted as they are set
-	full  uint64 // ones at which the sub-filter is full: the next one is added
+	bf      *bloom.BloomFilter
+	words   []uint64
+	m, k    uint64
+	nblocks uint64 // m / blockBits
+	ones    uint64 // bits set, counted as they are set
+	full    uint64 // ones at which the sub-filter is full: the next one is added
 }
 
 // New returns an empty filter whose newest generation is gen.
@@ -61,11 +63,12 @@ func New(cfg Config, gen uint64) (*Filter, error) {
 func newFilter(cfg Config, gen uint64) *Filter {
 	first := cfg.shape(0)
 	f := &Filter{
-		cfg:   cfg,
-		m:     first.m,
-		k:     first.k,
-		full0: first.full,
-		slots: make([]slot, cfg.Generations),
+		cfg:     cfg,
+		m:       first.m,
+		k:       first.k,
+		nblocks: first.m / blockBits,
+		full0:   first.full,
+		slots:   make([]slot, cfg.Generations),
 	}
 	for i := range f.slots {
 		s := newSub(first)
@@ -77,7 +80,7 @@ func newFilter(cfg Config, gen uint64) *Filter {
 
 func newSub(sh shape) sub {
 	bf := bloom.New(uint(sh.m), uint(sh.k))
-	return sub{bf: bf, words: bf.BitSet().Words(), m: sh.m, k: sh.k, full: sh.full}
+	return sub{bf: bf, words: bf.BitSet().Words(), m: sh.m, k: sh.k, nblocks: sh.m / blockBits, full: sh.full}
 }
 
 // setCurrent makes gen the newest generation, held by slots[head].
@@ -197,7 +200,7 @@ func (f *Filter) AddTo(gen uint64, h partition.Hash) bool {
 func (f *Filter) insert(idx int, h partition.Hash) {
 	s := &f.slots[idx]
 	last := &s.subs[len(s.subs)-1]
-	last.ones += insert(last.words, last.m, last.k, h)
+	last.ones += last.insert(h)
 	s.added++
 	if last.ones >= last.full {
 		f.grow(idx)

@@ -127,7 +127,7 @@ func ReadFrom(r io.Reader, cfg Config) (*Filter, error) {
 	if err != nil {
 		return nil, err
 	}
-	first := cfg.shape(0)
+	f := newFilter(cfg, h.cur)
 	for _, c := range []struct {
 		field     string
 		got, want uint64
@@ -136,8 +136,8 @@ func ReadFrom(r io.Reader, cfg Config) (*Filter, error) {
 		{"filter.generations", uint64(h.cfg.Generations), uint64(cfg.Generations), formatUint},
 		{"filter.keys_per_generation", uint64(h.cfg.KeysPerGeneration), uint64(cfg.KeysPerGeneration), formatUint},
 		{"filter.false_positive_rate", math.Float64bits(h.cfg.FalsePositiveRate), math.Float64bits(cfg.FalsePositiveRate), formatFloatBits},
-		{"bloom parameters m", h.m, first.m, formatUint},
-		{"bloom parameters k", h.k, first.k, formatUint},
+		{"bloom parameters m", h.m, f.m, formatUint},
+		{"bloom parameters k", h.k, f.k, formatUint},
 		{"bitset byte order", uint64(h.order), uint64(wordOrderFlag()), formatOrder},
 	} {
 		if c.got != c.want {
@@ -145,7 +145,6 @@ func ReadFrom(r io.Reader, cfg Config) (*Filter, error) {
 		}
 	}
 
-	f := newFilter(cfg, h.cur)
 	f.tag = h.tag
 	idx := f.head
 	for i := range f.nlive {

@@ -1,6 +1,9 @@
 package filter
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // GenStats describes one live generation.
 type GenStats struct {
@@ -15,8 +18,9 @@ type GenStats struct {
 	// FillRatio is the fraction of bits set, over all sub-filters.
 	FillRatio float64
 	// EstimatedFPR is the probability that an absent key tests positive in
-	// this generation: 1 - prod(1 - fill_j^k_j) over its sub-filters j.
-	// Growth keeps it below 1.5 times FalsePositiveRate/Generations until
+	// this generation: 1 - prod(1 - rate_j) over its sub-filters j, where
+	// rate_j is the mean over the blocks b of sub-filter j of fill_b^k.
+	// Growth keeps it below about 1.35 times FalsePositiveRate/Generations until
 	// the generation reaches MaxSubFilters.
 	EstimatedFPR float64
 }
@@ -34,11 +38,11 @@ func (f *Filter) Stats() []GenStats {
 		miss := 1.0
 		for j := range s.subs {
 			sb := &s.subs[j]
-			n := uint64(sb.bf.BitSet().Count())
+			n, rate := sb.count()
 			ones += n
 			bits += sb.m
 			g.Bytes += len(sb.words) * 8
-			miss *= 1 - math.Pow(float64(n)/float64(sb.m), float64(sb.k))
+			miss *= 1 - rate
 		}
 		g.FillRatio = float64(ones) / float64(bits)
 		g.EstimatedFPR = 1 - miss
@@ -69,4 +73,23 @@ func (f *Filter) BytesPerKey() float64 {
 		}
 	}
 	return float64(words*8) / (float64(f.cfg.KeysPerGeneration) * float64(f.cfg.Generations))
+}
+
+// count returns the bits set in s and the probability that an absent key
+// tests positive in it: the mean over the blocks of (bits set/blockBits)^k,
+// since a key probes k bits of one block.
+func (s *sub) count() (ones uint64, rate float64) {
+	var pow [blockBits + 1]float64
+	for c := range pow {
+		pow[c] = math.Pow(float64(c)/blockBits, float64(s.k))
+	}
+	for b := 0; b+blockWords <= len(s.words); b += blockWords {
+		n := 0
+		for _, w := range s.words[b : b+blockWords] {
+			n += bits.OnesCount64(w)
+		}
+		ones += uint64(n)
+		rate += pow[n]
+	}
+	return ones, rate / float64(s.nblocks)
 }
