@@ -31,7 +31,9 @@ const (
 type Config struct {
 	// KeysPerGeneration is the design capacity of one generation: the number
 	// of distinct keys added while it is the newest (plus any added later
-	// with AddTo). Beyond it the false-positive rate rises; nothing is lost.
+	// with AddTo). Beyond it the generation grows another sub-filter, twice
+	// as large, so its false-positive rate stays near its budget and its
+	// memory grows with its keys (see the package documentation).
 	// The default value is 1,000,000.
 	KeysPerGeneration uint
 	// FalsePositiveRate is the target probability that Test reports an
