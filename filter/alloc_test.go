@@ -7,10 +7,17 @@ import (
 )
 
 // TestHotPathAllocatesNothing proves the per-record operations and the
-// steady-state Advance allocate nothing.
+// steady-state Advance allocate nothing, also with a grown generation in
+// the window (Add into it allocates only when it grows again).
 func TestHotPathAllocatesNothing(t *testing.T) {
 	cfg := Config{KeysPerGeneration: 10_000, FalsePositiveRate: 0.01, Generations: 4}
 	f := fillWindow(t, cfg)
+	for i := range uint64(3 * cfg.KeysPerGeneration) { // grow the oldest generation
+		f.AddTo(f.Oldest(), key(nsOther, i))
+	}
+	if f.grown == 0 {
+		t.Fatal("the oldest generation did not grow")
+	}
 	probes := make([]partition.Hash, 1024)
 	for i := range probes {
 		probes[i] = key(nsPresent, uint64(i*7)) // present in various generations

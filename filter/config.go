@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-
-	"github.com/bits-and-blooms/bloom/v3"
 )
 
 // Defaults applied by [Config.ApplyDefaults] to zero fields.
@@ -33,7 +31,9 @@ const (
 type Config struct {
 	// KeysPerGeneration is the design capacity of one generation: the number
 	// of distinct keys added while it is the newest (plus any added later
-	// with AddTo). Beyond it the false-positive rate rises; nothing is lost.
+	// with AddTo). Beyond it the generation grows another sub-filter, twice
+	// as large, so its false-positive rate stays near its budget and its
+	// memory grows with its keys (see the package documentation).
 	// The default value is 1,000,000.
 	KeysPerGeneration uint
 	// FalsePositiveRate is the target probability that Test reports an
@@ -94,12 +94,62 @@ func (c Config) perGenerationRate() float64 {
 // bitsFloat is the generation size in bits before rounding, used to reject
 // configurations whose size would overflow before calling into bloom.
 func (c Config) bitsFloat() float64 {
-	return -float64(c.KeysPerGeneration) * math.Log(c.perGenerationRate()) / (math.Ln2 * math.Ln2)
+	return c.subBits(0)
 }
 
-// params returns the bits (m) and probes (k) of one generation, as computed by
-// bloom.EstimateParameters for KeysPerGeneration at the per-generation rate.
-// c must be valid.
-func (c Config) params() (m, k uint) {
-	return bloom.EstimateParameters(c.KeysPerGeneration, c.perGenerationRate())
+// Growth of a generation (see the package documentation).
+const (
+	// MaxSubFilters bounds the sub-filters of one generation: together they
+	// hold 2^MaxSubFilters-1 times KeysPerGeneration keys at the target
+	// rate. A generation at the limit keeps filling its last sub-filter.
+	MaxSubFilters = 16
+	// fullFactor: a sub-filter is full, and the next one is added, when its
+	// estimated rate (fill^k) reaches fullFactor times the rate it was
+	// sized for. The margin keeps a generation that receives exactly
+	// KeysPerGeneration keys from growing for the last few of them.
+	fullFactor = 1.1
+)
+
+// subRate is the false-positive rate sub-filter i of a generation is sized
+// for: the generation's budget p for the first, p/2^(i+3) for the ones it
+// grows. Each is full at fullFactor times its rate (measured: up to 1.2
+// times, the blocks' fill varies), so a generation however grown stays
+// below about 1.2 * p * (1 + 1/16 + 1/32 + ...) = 1.35 p.
+func (c Config) subRate(i int) float64 {
+	p := c.perGenerationRate()
+	if i > 0 {
+		p = math.Ldexp(p, -(i + 3))
+	}
+	return p
+}
+
+// subKeys is the design capacity of sub-filter i: KeysPerGeneration * 2^i,
+// so that a generation holding n keys has about log2(n/KeysPerGeneration)
+// sub-filters.
+func (c Config) subKeys(i int) float64 {
+	return math.Ldexp(float64(c.KeysPerGeneration), i)
+}
+
+// subBits approximates the size of sub-filter i in bits, by the classic
+// Bloom formula: the blocked layout takes 4 to 16 % more (see shape). It
+// bounds growth and rejects configurations whose size would overflow.
+func (c Config) subBits(i int) float64 {
+	return -c.subKeys(i) * math.Log(c.subRate(i)) / (math.Ln2 * math.Ln2)
+}
+
+// maxSubs is the number of sub-filters a generation may have: at most
+// MaxSubFilters, and none larger than MaxBytesPerGeneration. c must be
+// valid.
+func (c Config) maxSubs() int {
+	n := 1
+	for n < MaxSubFilters && c.subBits(n) <= MaxBytesPerGeneration*8 {
+		n++
+	}
+	return n
+}
+
+// shape is the size of one sub-filter.
+type shape struct {
+	m, k uint64 // bits (a multiple of blockBits) and probes
+	full uint64 // bits set at which it is full: its rate is fullFactor * rate
 }

@@ -84,12 +84,16 @@ func TestConfigApplyDefaults(t *testing.T) {
 // FalsePositiveRate/Generations.
 func TestConfigSizing(t *testing.T) {
 	f := mustNew(t, Config{KeysPerGeneration: 2_500_000, FalsePositiveRate: 0.01, Generations: 4}, 3)
-	// m = ceil(-n ln(p/G) / ln(2)^2), k = ceil(ln(2) m / n).
-	wantM := uint64(math.Ceil(-2_500_000 * math.Log(0.0025) / (math.Ln2 * math.Ln2)))
-	if f.m != wantM || f.k != 9 {
-		t.Fatalf("m, k = %d, %d, want %d, 9", f.m, f.k, wantM)
+	// Blocked: whole 512-bit blocks; at 0.25 % per generation a blocked
+	// filter needs 13.17 bits per key with k = 8, where a classic one needs
+	// 12.47 with k = 9 (TestFalsePositiveRateAtCapacity checks the rate).
+	if f.m%blockBits != 0 || f.k != 8 {
+		t.Fatalf("m, k = %d, %d, want a multiple of %d, 8", f.m, f.k, blockBits)
 	}
-	if got := f.BytesPerKey(); got < 1.55 || got > 1.57 {
-		t.Fatalf("BytesPerKey() = %.3f, want 12.47 bits/8 = ~1.56", got)
+	if got := f.BytesPerKey(); got < 1.64 || got > 1.66 {
+		t.Fatalf("BytesPerKey() = %.3f, want 13.17 bits/8 = ~1.65", got)
+	}
+	if rate := blockedRate(float64(2_500_000*blockBits)/float64(f.m), int(f.k)); rate > 0.0025 || rate < 0.0024 {
+		t.Fatalf("modelled rate at capacity %.5f, want just below 0.0025", rate)
 	}
 }

@@ -22,41 +22,67 @@
 //
 // # Sizing
 //
-// Every generation is sized by bloom.EstimateParameters for
-// KeysPerGeneration keys at FalsePositiveRate/G. An absent key is a false
-// positive if any live generation says maybe, so by the union bound the rate
-// of Test with every generation at capacity is at most G * p/G = p (about
-// 1-(1-p/G)^G, since the generations hold different keys). The price
-// is memory: at p = 1% and G = 4 each generation takes 12.5 bits per key
-// (9 probes) where one filter for the whole window would take 9.6; at p = 0.1%
-// and G = 5, 17.7 bits (13 probes). A generation that receives more keys than
-// KeysPerGeneration loses nothing, but its false-positive rate rises; Stats
-// and EstimatedFalsePositiveRate report the rate from the bits actually set.
+// Every sub-filter is a blocked Bloom filter: a key's k bits all fall into
+// one 512-bit block, one 64-byte cache line, picked by the high word of its
+// hash. A generation's first sub-filter is sized for KeysPerGeneration keys
+// at FalsePositiveRate/G, from the exact rate of a blocked filter (the keys
+// per block are Poisson distributed) rather than the classic formula. An
+// absent key is a false positive if any live generation says maybe, so by
+// the union bound the rate of Test with every generation at capacity is at
+// most G * p/G = p. Blocks fill unevenly, so for the same rate a blocked
+// filter takes a few more bits than a classic one: at p = 1% and G = 4, 13.2
+// bits per key (k = 8) against 12.5 (k = 9); at p = 0.1% and G = 5, 19.9
+// against 17.7. In exchange Test reads one cache line per generation and
+// Add writes one, where the classic layout touched up to k lines each; on a
+// large window every one of them is a cache miss.
+//
+// # Growth
+//
+// A generation that receives more keys than it was sized for (a backlog or
+// burst whose timestamps fall into one generation) grows instead of
+// saturating: when the estimated rate of its newest sub-filter reaches 1.1
+// times the rate it was sized for, Add and AddTo start a new sub-filter,
+// with twice the capacity of the previous one at a tighter rate: p/G for
+// the first, p/G/2^(i+3) for sub-filter i >= 1. Test and Candidates probe
+// every sub-filter of a generation. The generation's rate thus stays below
+// about 1.2 * p/G * (1 + 1/16 + 1/32 + ...) = 1.35 p/G however many keys it
+// gets (measured, TestBacklogInOneGeneration: 40 times its keys, 1.27 p/G;
+// without growth nearly every probe is a false positive). The bits set are
+// counted as they are set, so the check costs nothing measurable. Growth
+// allocates, once per doubling; a generation's sub-filters are dropped
+// with it when it leaves the window, and its first one is reused. A
+// generation stops growing at MaxSubFilters sub-filters (or at
+// MaxBytesPerGeneration for one), after which its last sub-filter fills up.
+//
+// A generation at exactly KeysPerGeneration keys does not grow (the 1.1
+// margin). Stats reports each generation's sub-filters and its rate
+// estimated from the bits set, block by block: the job exports both, and
+// a generation with 3 sub-filters or more (more than 3 times its keys)
+// means dedup.expected_keys is too low.
 //
 // # Probing
 //
-// The k bit positions come from the key's 128-bit hash (xxh3-128, computed
-// once per record) by enhanced double hashing, reduced into [0, m) by a
-// multiply-shift, and the bits are read from the bitset words directly.
-// Feeding the 16 hash bytes to bloom's Test and Add instead would hash them
-// again with murmur3 and take a 64-bit modulo per probe, per generation. In
-// BenchmarkProbe that path is 4 to 5 times slower on a window of 4
-// generations of 250k keys (Add 46 ns against 208 ns, Test of an absent key
-// 85 ns against 448 ns), and still 2.8 times slower at 4 x 2.5M keys, where
-// cache misses dominate (386 ns against 1067 ns). Neither path allocates: the
-// 16-byte buffer stays on the stack. Because all generations share m and k,
-// the positions are computed once per key, and the first two probes of every
-// generation are loaded without branching so that their cache misses overlap.
+// The block is the high word of the key's 128-bit hash (xxh3-128, computed
+// once per record) reduced into [0, blocks) by a multiply-shift, and the k
+// positions inside it are the top 9 bits of successive products of the low
+// word by an odd constant. The k bits are gathered into an 8-word pattern
+// once per key; a sub-filter holds the key if pattern AND NOT block is zero,
+// which needs no data-dependent branch. All first sub-filters share m and
+// k, so the pattern and the block offset are computed once for all
+// generations, and the CPU overlaps the generations' cache misses. Feeding
+// the 16 hash bytes to bloom's Test and Add instead would hash them again
+// with murmur3 and touch k cache lines per generation.
 //
-// The bloom/v3 filters remain the storage: they size the generations, own
-// the bitsets, clear them, count their bits and write them to snapshots.
-// Their own Test and Add methods hash differently and are never called on a
-// Filter's generations.
+// The bloom/v3 filters remain the storage: they own the bitsets, clear them
+// and write them to snapshots. Their own Test and Add methods use another
+// layout and are never called on a Filter's sub-filters.
 //
 // # No false negatives
 //
-// Add and AddTo set exactly the bits that Test and Candidates read. Bits are
-// cleared only when their generation leaves the window, which is also when
+// Add and AddTo set exactly the bits that Test and Candidates read, in the
+// newest sub-filter of the generation, and Test and Candidates read every
+// sub-filter of every live generation. Bits are cleared only when their
+// generation leaves the window, which is also when
 // the store drops its bucket. A snapshot restores the bits exactly or fails
 // with a typed error. So a key added to a generation that is still live always
 // tests positive and is listed in Candidates for that generation.
@@ -73,27 +99,34 @@
 //
 //	offset size
 //	 0      8   magic "DSBLOOM\x00"
-//	 8      2   format version (1)
+//	 8      2   format version (2)
 //	10      2   flags: bit 0 set if bitset words are little-endian
 //	12      4   generations
 //	16      8   keys per generation
 //	24      8   false-positive rate, IEEE 754 bits
-//	32      8   m, bits per generation
-//	40      8   k, probes
+//	32      8   m, bits of a first sub-filter
+//	40      8   k, its probes
 //	48      8   tag
 //	56      8   current generation
 //	64      4   CRC-32C of bytes 0-63
 //	then for each live generation, newest first:
 //	        8   generation
 //	        8   Add/AddTo calls
-//	        24+8*ceil(m/64)  bloom.BloomFilter.WriteTo: m, k, bitset length,
-//	                         words (bitset byte order, big-endian by default)
+//	        4   sub-filters n, 1 to MaxSubFilters
+//	        n x (24+8*ceil(m_i/64))  bloom.BloomFilter.WriteTo of sub-filter
+//	                         i: m_i, k_i, bitset length, words (bitset byte
+//	                         order, big-endian by default)
 //	then    4   CRC-32C (Castagnoli) of everything before it
 //
-// ReadFrom accepts a snapshot only for an identical Config, the same m and k
-// (bloom's sizing could change between versions) and the same process-wide
-// bitset byte order; otherwise it returns a *MismatchError. Bad magic,
-// checksums, sizes or generation numbers and truncation give a
-// *CorruptError. SaveFile writes through a temporary file, fsync and rename;
-// LoadFile also rejects trailing bytes.
+// The sizes of the sub-filters follow from the Config; ReadFrom checks each
+// against it before reading its bits, so a damaged count cannot make it
+// allocate more than the configuration allows. ReadFrom accepts a snapshot
+// only for an identical Config, the same m and k and the same process-wide
+// bitset byte order; otherwise it returns a *MismatchError. Format 1 (one
+// classic bitset per generation, before generations grew) is refused with a
+// *MismatchError too: the stage then rebuilds the filter from a scan of the
+// store, once, after the upgrade. Bad magic, checksums, sizes or generation
+// numbers and truncation give a *CorruptError. ReadConfig checks the same
+// header as ReadFrom. SaveFile writes through a temporary file, fsync and
+// rename; LoadFile also rejects trailing bytes.
 package filter

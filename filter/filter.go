@@ -11,26 +11,43 @@ import (
 
 // Filter is a generational Bloom filter over 128-bit key hashes. It keeps
 // Config.Generations live generations: the newest, Current(), and the older
-// ones down to Current()-Generations+1 (none below generation 0).
+// ones down to Current()-Generations+1 (none below generation 0). A
+// generation that fills up grows by another sub-filter (see the package
+// documentation).
 //
 // A Filter is not safe for concurrent use: it belongs to one stage.
 type Filter struct {
-	cfg  Config
-	m, k uint64 // bits and probes of every generation
+	cfg     Config
+	m, k    uint64 // bits and probes of every generation's first sub-filter
+	nblocks uint64 // m / blockBits
+	full0   uint64 // the first sub-filters' full threshold
 
 	cur   uint64 // newest generation
 	nlive int    // live generations: min(Generations, cur+1)
 	head  int    // slots[head] holds cur, slots[head-i mod G] holds cur-i
 	slots []slot
+	grown uint64 // bit i set: slots[i] has more than one sub-filter
 	tag   uint64
 }
 
-// slot is one generation's sub-filter. The bloom filter owns the storage;
-// words aliases its bitset so probes skip the method calls.
+// slot is one generation: its first sub-filter, which every generation has
+// and which has the filter-wide m and k, and the ones it grew since it took
+// this generation.
 type slot struct {
-	bf    *bloom.BloomFilter
-	words []uint64
-	added uint64 // Add/AddTo calls since the slot took this generation
+	subs  []sub    // subs[0] first; Add and AddTo insert into the last one
+	words []uint64 // subs[0].words, kept here for the probe loop
+	added uint64   // Add/AddTo calls since the slot took this generation
+}
+
+// sub is one Bloom sub-filter. The bloom filter owns the storage; words
+// aliases its bitset so probes skip the method calls.
+type sub struct {
+	bf      *bloom.BloomFilter
+	words   []uint64
+	m, k    uint64
+	nblocks uint64 // m / blockBits
+	ones    uint64 // bits set, counted as they are set
+	full    uint64 // ones at which the sub-filter is full: the next one is added
 }
 
 // New returns an empty filter whose newest generation is gen.
@@ -41,21 +58,29 @@ func New(cfg Config, gen uint64) (*Filter, error) {
 	return newFilter(cfg, gen), nil
 }
 
-// newFilter allocates the generations of a valid cfg.
+// newFilter allocates the first sub-filter of every generation of a valid
+// cfg.
 func newFilter(cfg Config, gen uint64) *Filter {
-	m, k := cfg.params()
+	first := cfg.shape(0)
 	f := &Filter{
-		cfg:   cfg,
-		m:     uint64(m),
-		k:     uint64(k),
-		slots: make([]slot, cfg.Generations),
+		cfg:     cfg,
+		m:       first.m,
+		k:       first.k,
+		nblocks: first.m / blockBits,
+		full0:   first.full,
+		slots:   make([]slot, cfg.Generations),
 	}
 	for i := range f.slots {
-		bf := bloom.New(m, k)
-		f.slots[i] = slot{bf: bf, words: bf.BitSet().Words()}
+		s := newSub(first)
+		f.slots[i] = slot{subs: []sub{s}, words: s.words}
 	}
 	f.setCurrent(gen)
 	return f
+}
+
+func newSub(sh shape) sub {
+	bf := bloom.New(uint(sh.m), uint(sh.k))
+	return sub{bf: bf, words: bf.BitSet().Words(), m: sh.m, k: sh.k, nblocks: sh.m / blockBits, full: sh.full}
 }
 
 // setCurrent makes gen the newest generation, held by slots[head].
@@ -98,10 +123,11 @@ func (f *Filter) Live(gen uint64) bool {
 }
 
 // Advance makes gen the newest generation and forgets the generations that
-// fall out of [gen-Generations+1, gen]. Their bitsets are cleared and reused:
-// Advance never allocates. A gen below Current is ignored, so a clock that
-// steps back cannot drop live keys. Clearing costs one memclr of a
-// generation's bitset per generation dropped.
+// fall out of [gen-Generations+1, gen], each with all its sub-filters. Their
+// first sub-filters are cleared and reused, so Advance never allocates; the
+// sub-filters they grew are released. A gen below Current is ignored, so a
+// clock that steps back cannot drop live keys. Clearing costs one memclr of
+// a first sub-filter per generation dropped.
 func (f *Filter) Advance(gen uint64) {
 	if gen <= f.cur {
 		return
@@ -109,7 +135,7 @@ func (f *Filter) Advance(gen uint64) {
 	steps := gen - f.cur
 	if steps >= uint64(len(f.slots)) {
 		for i := range f.slots {
-			f.slots[i].reset()
+			f.reset(i)
 		}
 		f.setCurrent(gen)
 		return
@@ -119,14 +145,21 @@ func (f *Filter) Advance(gen uint64) {
 		if f.head == len(f.slots) {
 			f.head = 0
 		}
-		f.slots[f.head].reset()
+		f.reset(f.head)
 	}
 	f.setCurrent(gen)
 }
 
-func (s *slot) reset() {
-	s.bf.ClearAll()
+// reset empties slots[idx] for a new generation.
+func (f *Filter) reset(idx int) {
+	s := &f.slots[idx]
+	clear(s.subs[1:])
+	s.subs = s.subs[:1]
+	s.subs[0].bf.ClearAll()
+	s.subs[0].ones = 0
+	s.subs[0].full = f.full0
 	s.added = 0
+	f.grown &^= 1 << idx
 }
 
 // Test reports whether h may have been added to a live generation. False means
@@ -136,10 +169,10 @@ func (f *Filter) Test(h partition.Hash) bool {
 	return f.match(h, true) != 0
 }
 
-// Candidates appends to dst the live generations whose sub-filter may hold h,
-// newest first, and returns the extended slice. Every live generation h was
-// added to is among them. With cap(dst)-len(dst) >= Generations it does not
-// allocate.
+// Candidates appends to dst the live generations whose sub-filters may hold
+// h, newest first, and returns the extended slice. Every live generation h
+// was added to is among them. With cap(dst)-len(dst) >= Generations it does
+// not allocate.
 func (f *Filter) Candidates(h partition.Hash, dst []uint64) []uint64 {
 	for mask := f.match(h, false); mask != 0; mask &= mask - 1 {
 		dst = append(dst, f.cur-uint64(bits.TrailingZeros64(mask)))
@@ -149,9 +182,7 @@ func (f *Filter) Candidates(h partition.Hash, dst []uint64) []uint64 {
 
 // Add records h in the newest generation.
 func (f *Filter) Add(h partition.Hash) {
-	s := &f.slots[f.head]
-	insert(s.words, f.m, f.k, h)
-	s.added++
+	f.insert(f.head, h)
 }
 
 // AddTo records h in generation gen, for rebuilding the filter from a scan of
@@ -160,10 +191,34 @@ func (f *Filter) AddTo(gen uint64, h partition.Hash) bool {
 	if !f.Live(gen) {
 		return false
 	}
-	s := &f.slots[f.slotOf(int(f.cur-gen))]
-	insert(s.words, f.m, f.k, h)
-	s.added++
+	f.insert(f.slotOf(int(f.cur-gen)), h)
 	return true
+}
+
+// insert records h in the last sub-filter of slots[idx] and grows the slot
+// when that sub-filter is full.
+func (f *Filter) insert(idx int, h partition.Hash) {
+	s := &f.slots[idx]
+	last := &s.subs[len(s.subs)-1]
+	last.ones += last.insert(h)
+	s.added++
+	if last.ones >= last.full {
+		f.grow(idx)
+	}
+}
+
+// grow adds the next sub-filter to slots[idx], unless the generation has
+// reached its limit (Config.maxSubs); its last sub-filter then fills up
+// further and its false-positive rate rises, which Stats shows.
+func (f *Filter) grow(idx int) {
+	s := &f.slots[idx]
+	n := len(s.subs)
+	if n >= f.cfg.maxSubs() {
+		s.subs[n-1].full = s.subs[n-1].m + 1 // stop asking
+		return
+	}
+	s.subs = append(s.subs, newSub(f.cfg.shape(n)))
+	f.grown |= 1 << idx
 }
 
 // Tag returns the caller's tag, saved with snapshots.
@@ -176,5 +231,9 @@ func (f *Filter) SetTag(tag uint64) { f.tag = tag }
 
 // String describes the filter for logs.
 func (f *Filter) String() string {
-	return fmt.Sprintf("filter{gens %d..%d of %d, %d bits x %d probes each}", f.Oldest(), f.cur, f.cfg.Generations, f.m, f.k)
+	subs := 0
+	for i := range f.slots {
+		subs += len(f.slots[i].subs)
+	}
+	return fmt.Sprintf("filter{gens %d..%d of %d, %d bits x %d probes each, %d sub-filters}", f.Oldest(), f.cur, f.cfg.Generations, f.m, f.k, subs)
 }

@@ -141,15 +141,14 @@ func TestTag(t *testing.T) {
 	}
 }
 
-// TestFewProbes covers the configurations with k = 1, 2 and 3, where the
-// two-probe first pass of Test and Candidates is all or most of the work.
+// TestFewProbes covers the configurations with k = 1, 2 and 3.
 func TestFewProbes(t *testing.T) {
 	for _, tt := range []struct {
 		cfg Config
 		k   uint64
 	}{
-		{Config{KeysPerGeneration: 500, FalsePositiveRate: 0.6, Generations: 1}, 1},
-		{Config{KeysPerGeneration: 500, FalsePositiveRate: 0.5, Generations: 1}, 2},
+		{Config{KeysPerGeneration: 500, FalsePositiveRate: 0.5, Generations: 1}, 1},
+		{Config{KeysPerGeneration: 500, FalsePositiveRate: 0.3, Generations: 1}, 2},
 		{Config{KeysPerGeneration: 500, FalsePositiveRate: 0.3, Generations: 2}, 3},
 	} {
 		f := mustNew(t, tt.cfg, 7)

@@ -6,80 +6,110 @@ import (
 	"github.com/dedupstream/dedupstream/partition"
 )
 
-// probes yields the k bit positions of a key from its 128-bit hash by
-// enhanced double hashing (Dillinger and Manolios): x starts at Hi and steps
-// by y, which starts at Lo and grows by i at step i. Each x is mapped into
-// [0, m) by the high word of x*m (Lemire's multiply-shift reduction) instead
-// of a division. All generations share m and k, so the positions are computed
-// once per key whatever the number of generations.
-type probes struct {
-	x, y, i uint64
-}
+// probeMul is odd, so z -> z*probeMul is a bijection of uint64; the top
+// bits of successive products are a key's positions inside its block.
+const probeMul = 0x9E3779B97F4A7C15
 
-func newProbes(h partition.Hash) probes { return probes{x: h.Hi, y: h.Lo} }
+// pattern is the set of bits a key sets in its block, as the block's words.
+// The high word of the 128-bit hash (xxh3-128, computed once per record)
+// picks the block, by Lemire's multiply-shift reduction instead of a
+// division; the low word gives the k positions inside it, 9 bits each from
+// successive products by probeMul. All first sub-filters share m and k, so
+// a key's block and pattern are computed once whatever the number of
+// generations; a grown sub-filter has its own.
+type pattern [blockWords]uint64
 
-// next returns the next position in [0, m).
-func (p *probes) next(m uint64) uint64 {
-	pos, _ := bits.Mul64(p.x, m)
-	p.x += p.y
-	p.y += p.i
-	p.i++
-	return pos
-}
-
-// bit returns bit pos of words as 0 or 1.
-func bit(words []uint64, pos uint64) uint64 {
-	return (words[pos>>6] >> (pos & 63)) & 1
-}
-
-// insert sets the k positions of h in words.
-func insert(words []uint64, m, k uint64, h partition.Hash) {
-	p := newProbes(h)
+func makePattern(h partition.Hash, k uint64) pattern {
+	var p pattern
+	z := h.Lo
 	for range k {
-		pos := p.next(m)
-		words[pos>>6] |= 1 << (pos & 63)
+		pos := z >> (64 - 9)
+		p[pos>>6] |= 1 << (pos & 63)
+		z *= probeMul
 	}
+	return p
+}
+
+// blockAt returns the index of the first word of h's block among nblocks.
+func blockAt(h partition.Hash, nblocks uint64) uint64 {
+	b, _ := bits.Mul64(h.Hi, nblocks)
+	return b * blockWords
+}
+
+// covers reports whether every bit of p is set in blk.
+func covers(blk *[blockWords]uint64, p *pattern) bool {
+	var miss uint64
+	for w := range blockWords {
+		miss |= p[w] &^ blk[w]
+	}
+	return miss == 0
+}
+
+// insert sets the bits of h in s and returns how many were not set before.
+func (s *sub) insert(h partition.Hash) uint64 {
+	p := makePattern(h, s.k)
+	blk := (*[blockWords]uint64)(s.words[blockAt(h, s.nblocks):])
+	var set int
+	for w := range blockWords {
+		set += bits.OnesCount64(p[w] &^ blk[w])
+		blk[w] |= p[w]
+	}
+	return uint64(set)
+}
+
+// contains reports whether all bits of h are set in s.
+func (s *sub) contains(h partition.Hash) bool {
+	p := makePattern(h, s.k)
+	return covers((*[blockWords]uint64)(s.words[blockAt(h, s.nblocks):]), &p)
 }
 
 // match returns the live generations that may hold h as a mask: bit i stands
-// for generation Current()-i. With first set it stops at the newest one.
+// for generation Current()-i. With any set it stops at the first generation
+// found.
 //
-// An absent key is rejected by every generation, typically after one or two
-// probes each, and on a large window every probe is a cache miss. So the
-// first two probes of every generation are loaded without branching, which
-// lets the CPU overlap those misses; only generations that pass both (about
-// a quarter at design capacity) are probed further.
-func (f *Filter) match(h partition.Hash, first bool) uint64 {
-	p := newProbes(h)
-	p0 := p.next(f.m)
-	p1 := p0
-	if f.k > 1 {
-		p1 = p.next(f.m)
-	}
+// An absent key is rejected by every generation, and on a large window
+// every block read is a cache miss. The first sub-filters of all
+// generations share their shape, so the key's block is at the same offset
+// in each: the loop reads one cache line per generation without a
+// data-dependent branch, which lets the CPU overlap those misses. Grown
+// sub-filters, present only in generations that received more keys than
+// they were sized for, are probed after that, in the generations not
+// already matched.
+func (f *Filter) match(h partition.Hash, any bool) uint64 {
+	p := makePattern(h, f.k)
+	off := blockAt(h, f.nblocks)
 	var mask uint64
 	idx := f.head
 	for i := range f.nlive {
-		words := f.slots[idx].words
-		mask |= (bit(words, p0) & bit(words, p1)) << i
+		if covers((*[blockWords]uint64)(f.slots[idx].words[off:]), &p) {
+			mask |= 1 << i
+		}
 		idx = f.prev(idx)
 	}
-	if f.k <= 2 {
+	if f.grown == 0 || (any && mask != 0) {
 		return mask
 	}
-	for rest := mask; rest != 0; rest &= rest - 1 {
-		i := bits.TrailingZeros64(rest)
-		words := f.slots[f.slotOf(i)].words
-		q := p
-		j := uint64(2)
-		for ; j < f.k; j++ {
-			if bit(words, q.next(f.m)) == 0 {
-				mask &^= 1 << i
-				break
+	return f.matchGrown(h, mask, any)
+}
+
+// matchGrown adds to mask the live generations not in it whose grown
+// sub-filters may hold h.
+func (f *Filter) matchGrown(h partition.Hash, mask uint64, any bool) uint64 {
+	idx := f.head
+	for i := range f.nlive {
+		if f.grown&(1<<idx) != 0 && mask&(1<<i) == 0 {
+			subs := f.slots[idx].subs[1:]
+			for j := range subs {
+				if subs[j].contains(h) {
+					mask |= 1 << i
+					if any {
+						return mask
+					}
+					break
+				}
 			}
 		}
-		if first && j == f.k {
-			return 1 << i
-		}
+		idx = f.prev(idx)
 	}
 	return mask
 }

@@ -15,7 +15,10 @@ import (
 // every action: every key added to a live generation tests positive and lists
 // that generation among its Candidates; Candidates are live, distinct and
 // newest first; a dropped generation never appears again; a generation
-// nothing was added to since it became live has no bit set.
+// nothing was added to since it became live has no bit set. Keys per
+// generation exceed KeysPerGeneration often, so generations grow
+// sub-filters; the bits counted as they are set match the bitsets and
+// growth stays within its limit.
 func TestNoFalseNegativesModel(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := Config{
@@ -123,6 +126,17 @@ func TestNoFalseNegativesModel(t *testing.T) {
 					for i, g := range dst {
 						if !modelLive(g) || (i > 0 && g >= dst[i-1]) {
 							t.Fatalf("Candidates %v: not live, distinct and newest first (current %d)", dst, cur)
+						}
+					}
+				}
+				for idx := range f.slots {
+					sl := &f.slots[idx]
+					if n := len(sl.subs); n > cfg.maxSubs() || (n > 1) != (f.grown&(1<<idx) != 0) || &sl.words[0] != &sl.subs[0].words[0] {
+						t.Fatalf("slot %d: %d sub-filters (limit %d), grown mask %b, first words aliased %v", idx, n, cfg.maxSubs(), f.grown, &sl.words[0] == &sl.subs[0].words[0])
+					}
+					for j := range sl.subs {
+						if sb := &sl.subs[j]; sb.ones != uint64(sb.bf.BitSet().Count()) {
+							t.Fatalf("slot %d sub-filter %d: %d bits counted, %d set", idx, j, sb.ones, sb.bf.BitSet().Count())
 						}
 					}
 				}

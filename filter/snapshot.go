@@ -16,9 +16,9 @@ import (
 // Snapshot layout; see the package documentation.
 const (
 	snapshotMagic   = "DSBLOOM\x00"
-	snapshotVersion = 1
+	snapshotVersion = 2  // 1: one bitset per generation, before generations grew
 	headerLen       = 64 // fields covered by the header checksum
-	genHeaderLen    = 16 // gen, added
+	genHeaderLen    = 20 // gen, added, sub-filters
 	bloomHeaderLen  = 24 // bloom m, k and bitset length, as bloom.WriteTo writes them
 
 	flagLittleEndian = 1 << 0 // bitset words were written little-endian
@@ -49,14 +49,18 @@ func (f *Filter) WriteTo(w io.Writer) (int64, error) {
 	idx := f.head
 	for i := range f.nlive {
 		s := &f.slots[idx]
+		gen := f.cur - uint64(i)
 		var gh [genHeaderLen]byte
-		binary.BigEndian.PutUint64(gh[0:], f.cur-uint64(i))
+		binary.BigEndian.PutUint64(gh[0:], gen)
 		binary.BigEndian.PutUint64(gh[8:], s.added)
+		binary.BigEndian.PutUint32(gh[16:], uint32(len(s.subs)))
 		if _, err := cw.Write(gh[:]); err != nil {
-			return cw.n, fmt.Errorf("filter: write snapshot: generation %d: %w", f.cur-uint64(i), err)
+			return cw.n, fmt.Errorf("filter: write snapshot: generation %d: %w", gen, err)
 		}
-		if _, err := s.bf.WriteTo(cw); err != nil {
-			return cw.n, fmt.Errorf("filter: write snapshot: generation %d: %w", f.cur-uint64(i), err)
+		for j := range s.subs {
+			if _, err := s.subs[j].bf.WriteTo(cw); err != nil {
+				return cw.n, fmt.Errorf("filter: write snapshot: generation %d sub-filter %d: %w", gen, j, err)
+			}
 		}
 		idx = f.prev(idx)
 	}
@@ -68,56 +72,83 @@ func (f *Filter) WriteTo(w io.Writer) (int64, error) {
 	return cw.n, nil
 }
 
+// header is the checked header of a snapshot.
+type header struct {
+	cfg            Config
+	order          uint16 // flags: bitset byte order
+	m, k, tag, cur uint64
+}
+
+// readHeader reads the header of a snapshot and checks its magic, format
+// version and checksum.
+func readHeader(cr *crcReader) (header, error) {
+	var hdr [headerLen + 4]byte
+	if err := cr.readFull(hdr[:]); err != nil {
+		return header{}, err
+	}
+	if string(hdr[0:8]) != snapshotMagic {
+		return header{}, &CorruptError{Offset: 0, Reason: "bad magic, not a filter snapshot"}
+	}
+	if v := binary.BigEndian.Uint16(hdr[8:]); v != snapshotVersion {
+		return header{}, &MismatchError{Field: "format version", Snapshot: strconv.Itoa(int(v)), Want: strconv.Itoa(snapshotVersion)}
+	}
+	if got, want := binary.BigEndian.Uint32(hdr[headerLen:]), crc32.Checksum(hdr[:headerLen], castagnoli); got != want {
+		return header{}, &CorruptError{Offset: headerLen, Reason: fmt.Sprintf("header checksum %08x, computed %08x", got, want)}
+	}
+	return header{
+		cfg: Config{
+			Generations:       int(binary.BigEndian.Uint32(hdr[12:])),
+			KeysPerGeneration: uint(binary.BigEndian.Uint64(hdr[16:])),
+			FalsePositiveRate: math.Float64frombits(binary.BigEndian.Uint64(hdr[24:])),
+		},
+		order: binary.BigEndian.Uint16(hdr[10:]),
+		m:     binary.BigEndian.Uint64(hdr[32:]),
+		k:     binary.BigEndian.Uint64(hdr[40:]),
+		tag:   binary.BigEndian.Uint64(hdr[48:]),
+		cur:   binary.BigEndian.Uint64(hdr[56:]),
+	}, nil
+}
+
 // ReadFrom reads a snapshot written by WriteTo for an identical cfg. It reads
 // exactly the snapshot's bytes from r; wrap a file in a bufio.Reader.
 //
 // A damaged snapshot gives a *CorruptError, one written by another format
-// version or for another configuration a *MismatchError; other errors come
-// from r. In every case the caller rebuilds the filter from the exact store.
-// The restored filter's newest generation is the snapshot's: call Advance
-// with the present generation next.
+// version (format 1, before generations grew, included) or for another
+// configuration a *MismatchError; other errors come from r. In every case
+// the caller rebuilds the filter from the exact store. The restored
+// filter's newest generation is the snapshot's: call Advance with the
+// present generation next.
 func ReadFrom(r io.Reader, cfg Config) (*Filter, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	cr := &crcReader{r: r}
-	var hdr [headerLen + 4]byte
-	if err := cr.readFull(hdr[:]); err != nil {
+	h, err := readHeader(cr)
+	if err != nil {
 		return nil, err
 	}
-	if string(hdr[0:8]) != snapshotMagic {
-		return nil, &CorruptError{Offset: 0, Reason: "bad magic, not a filter snapshot"}
-	}
-	if v := binary.BigEndian.Uint16(hdr[8:]); v != snapshotVersion {
-		return nil, &MismatchError{Field: "format version", Snapshot: strconv.Itoa(int(v)), Want: strconv.Itoa(snapshotVersion)}
-	}
-	if got, want := binary.BigEndian.Uint32(hdr[headerLen:]), crc32.Checksum(hdr[:headerLen], castagnoli); got != want {
-		return nil, &CorruptError{Offset: headerLen, Reason: fmt.Sprintf("header checksum %08x, computed %08x", got, want)}
-	}
-
-	m, k := cfg.params()
+	f := newFilter(cfg, h.cur)
 	for _, c := range []struct {
 		field     string
 		got, want uint64
 		format    func(uint64) string
 	}{
-		{"filter.generations", uint64(binary.BigEndian.Uint32(hdr[12:])), uint64(cfg.Generations), formatUint},
-		{"filter.keys_per_generation", binary.BigEndian.Uint64(hdr[16:]), uint64(cfg.KeysPerGeneration), formatUint},
-		{"filter.false_positive_rate", binary.BigEndian.Uint64(hdr[24:]), math.Float64bits(cfg.FalsePositiveRate), formatFloatBits},
-		{"bloom parameters m", binary.BigEndian.Uint64(hdr[32:]), uint64(m), formatUint},
-		{"bloom parameters k", binary.BigEndian.Uint64(hdr[40:]), uint64(k), formatUint},
-		{"bitset byte order", uint64(binary.BigEndian.Uint16(hdr[10:])), uint64(wordOrderFlag()), formatOrder},
+		{"filter.generations", uint64(h.cfg.Generations), uint64(cfg.Generations), formatUint},
+		{"filter.keys_per_generation", uint64(h.cfg.KeysPerGeneration), uint64(cfg.KeysPerGeneration), formatUint},
+		{"filter.false_positive_rate", math.Float64bits(h.cfg.FalsePositiveRate), math.Float64bits(cfg.FalsePositiveRate), formatFloatBits},
+		{"bloom parameters m", h.m, f.m, formatUint},
+		{"bloom parameters k", h.k, f.k, formatUint},
+		{"bitset byte order", uint64(h.order), uint64(wordOrderFlag()), formatOrder},
 	} {
 		if c.got != c.want {
 			return nil, &MismatchError{Field: c.field, Snapshot: c.format(c.got), Want: c.format(c.want)}
 		}
 	}
 
-	f := newFilter(cfg, binary.BigEndian.Uint64(hdr[56:]))
-	f.tag = binary.BigEndian.Uint64(hdr[48:])
+	f.tag = h.tag
 	idx := f.head
 	for i := range f.nlive {
-		if err := f.slots[idx].read(cr, f.cur-uint64(i), f.m, f.k); err != nil {
+		if err := f.readSlot(cr, idx, f.cur-uint64(i)); err != nil {
 			return nil, err
 		}
 		idx = f.prev(idx)
@@ -136,31 +167,65 @@ func ReadFrom(r io.Reader, cfg Config) (*Filter, error) {
 
 // snapshotSize is the number of bytes WriteTo writes.
 func (f *Filter) snapshotSize() int64 {
-	per := genHeaderLen + bloomHeaderLen + 8*int64(len(f.slots[0].words))
-	return headerLen + 4 + int64(f.nlive)*per + 4
+	n := int64(headerLen + 4 + 4)
+	idx := f.head
+	for range f.nlive {
+		n += genHeaderLen
+		for j := range f.slots[idx].subs {
+			n += bloomHeaderLen + 8*int64(len(f.slots[idx].subs[j].words))
+		}
+		idx = f.prev(idx)
+	}
+	return n
 }
 
-// read fills s, already sized for m bits, with the generation gen.
-func (s *slot) read(cr *crcReader, gen, m, k uint64) error {
-	var gh [genHeaderLen + bloomHeaderLen]byte
+// readSlot fills slots[idx], fresh from newFilter, with the generation gen.
+func (f *Filter) readSlot(cr *crcReader, idx int, gen uint64) error {
+	var gh [genHeaderLen]byte
 	if err := cr.readFull(gh[:]); err != nil {
 		return err
 	}
 	if got := binary.BigEndian.Uint64(gh[0:]); got != gen {
 		return &CorruptError{Offset: cr.n, Reason: fmt.Sprintf("generation %d where %d belongs", got, gen)}
 	}
+	s := &f.slots[idx]
 	s.added = binary.BigEndian.Uint64(gh[8:])
-	bh := gh[genHeaderLen:]
+	// Check the count before allocating for it: the sizes of the
+	// sub-filters come from the configuration, not from the snapshot.
+	n := binary.BigEndian.Uint32(gh[16:])
+	if limit := f.cfg.maxSubs(); n < 1 || n > uint32(limit) {
+		return &CorruptError{Offset: cr.n, Reason: fmt.Sprintf("generation %d: %d sub-filters, want 1 to %d", gen, n, limit)}
+	}
+	for j := range int(n) {
+		if j > 0 {
+			s.subs = append(s.subs, newSub(f.cfg.shape(j)))
+			f.grown |= 1 << idx
+		}
+		if err := s.subs[j].read(cr, gen, j); err != nil {
+			return err
+		}
+	}
+	s.words = s.subs[0].words
+	return nil
+}
+
+// read fills s, already sized, with sub-filter j of generation gen.
+func (s *sub) read(cr *crcReader, gen uint64, j int) error {
+	var bh [bloomHeaderLen]byte
+	if err := cr.readFull(bh[:]); err != nil {
+		return err
+	}
 	// Check the sizes before bitset.ReadFrom trusts them with an allocation.
-	if gm, gk, gl := binary.BigEndian.Uint64(bh[0:]), binary.BigEndian.Uint64(bh[8:]), bitset.BinaryOrder().Uint64(bh[16:]); gm != m || gk != k || gl != m {
-		return &CorruptError{Offset: cr.n, Reason: fmt.Sprintf("generation %d: bloom m=%d k=%d bits=%d, header says m=%d k=%d", gen, gm, gk, gl, m, k)}
+	if gm, gk, gl := binary.BigEndian.Uint64(bh[0:]), binary.BigEndian.Uint64(bh[8:]), bitset.BinaryOrder().Uint64(bh[16:]); gm != s.m || gk != s.k || gl != s.m {
+		return &CorruptError{Offset: cr.n, Reason: fmt.Sprintf("generation %d sub-filter %d: bloom m=%d k=%d bits=%d, configuration says m=%d k=%d", gen, j, gm, gk, gl, s.m, s.k)}
 	}
 	// bitset.ReadFrom reuses the words already allocated: same length.
 	bs := s.bf.BitSet()
 	if _, err := bs.ReadFrom(io.MultiReader(bytes.NewReader(bh[16:]), cr)); err != nil {
-		return cr.wrap(fmt.Sprintf("generation %d bitset", gen), err)
+		return cr.wrap(fmt.Sprintf("generation %d sub-filter %d bitset", gen, j), err)
 	}
 	s.words = bs.Words()
+	s.ones = uint64(bs.Count())
 	return nil
 }
 
@@ -238,25 +303,11 @@ func (c *crcReader) wrap(what string, err error) error {
 // ReadConfig reads the header of a snapshot and returns the Config it was
 // written for, so that a tool can load a snapshot without knowing the job's
 // configuration. It checks the magic, format version and header checksum
-// and reads nothing past the header.
+// as ReadFrom does and reads nothing past the header.
 func ReadConfig(r io.Reader) (Config, error) {
-	cr := &crcReader{r: r}
-	var hdr [headerLen + 4]byte
-	if err := cr.readFull(hdr[:]); err != nil {
+	h, err := readHeader(&crcReader{r: r})
+	if err != nil {
 		return Config{}, err
 	}
-	if string(hdr[0:8]) != snapshotMagic {
-		return Config{}, &CorruptError{Offset: 0, Reason: "bad magic, not a filter snapshot"}
-	}
-	if v := binary.BigEndian.Uint16(hdr[8:]); v != snapshotVersion {
-		return Config{}, &MismatchError{Field: "format version", Snapshot: strconv.Itoa(int(v)), Want: strconv.Itoa(snapshotVersion)}
-	}
-	if got, want := binary.BigEndian.Uint32(hdr[headerLen:]), crc32.Checksum(hdr[:headerLen], castagnoli); got != want {
-		return Config{}, &CorruptError{Offset: headerLen, Reason: fmt.Sprintf("header checksum %08x, computed %08x", got, want)}
-	}
-	return Config{
-		Generations:       int(binary.BigEndian.Uint32(hdr[12:])),
-		KeysPerGeneration: uint(binary.BigEndian.Uint64(hdr[16:])),
-		FalsePositiveRate: math.Float64frombits(binary.BigEndian.Uint64(hdr[24:])),
-	}, nil
+	return h.cfg, nil
 }

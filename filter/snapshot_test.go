@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/bits-and-blooms/bitset"
@@ -199,12 +200,20 @@ func TestSnapshotConfigMismatch(t *testing.T) {
 		}
 	})
 	t.Run("format version", func(t *testing.T) {
-		v2 := slices.Clone(data)
-		binary.BigEndian.PutUint16(v2[8:], snapshotVersion+1)
-		_, err := ReadFrom(bytes.NewReader(v2), snapCfg)
-		var mismatch *MismatchError
-		if !errors.As(err, &mismatch) || mismatch.Field != "format version" {
-			t.Fatalf("ReadFrom = %v, want *MismatchError for the format version", err)
+		// Version 1 (one bitset per generation, before generations grew) is
+		// refused like any other: the stage rebuilds from the store.
+		for _, v := range []uint16{1, snapshotVersion + 1} {
+			other := slices.Clone(data)
+			binary.BigEndian.PutUint16(other[8:], v)
+			_, err := ReadFrom(bytes.NewReader(other), snapCfg)
+			var mismatch *MismatchError
+			if !errors.As(err, &mismatch) || mismatch.Field != "format version" || mismatch.Snapshot != strconv.Itoa(int(v)) {
+				t.Fatalf("ReadFrom of version %d = %v, want *MismatchError for the format version", v, err)
+			}
+			if _, cerr := ReadConfig(bytes.NewReader(other)); !errors.As(cerr, &mismatch) || cerr.Error() != err.Error() {
+				t.Fatalf("ReadConfig of version %d = %v, want the error of ReadFrom, %v", v, cerr, err)
+			}
+			t.Log(err)
 		}
 	})
 	t.Run("bitset byte order", func(t *testing.T) {

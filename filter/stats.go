@@ -1,18 +1,27 @@
 package filter
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // GenStats describes one live generation.
 type GenStats struct {
 	Gen uint64
 	// Added counts Add and AddTo calls into the generation, repeats included.
 	Added uint64
-	// Bytes is the size of the generation's bitset.
+	// SubFilters is the number of sub-filters: 1, plus one each time the
+	// generation filled up (it received more keys than KeysPerGeneration).
+	SubFilters int
+	// Bytes is the size of the generation's bitsets, all sub-filters.
 	Bytes int
-	// FillRatio is the fraction of bits set.
+	// FillRatio is the fraction of bits set, over all sub-filters.
 	FillRatio float64
-	// EstimatedFPR is FillRatio^k: the probability that an absent key tests
-	// positive in this generation.
+	// EstimatedFPR is the probability that an absent key tests positive in
+	// this generation: 1 - prod(1 - rate_j) over its sub-filters j, where
+	// rate_j is the mean over the blocks b of sub-filter j of fill_b^k.
+	// Growth keeps it below about 1.35 times FalsePositiveRate/Generations until
+	// the generation reaches MaxSubFilters.
 	EstimatedFPR float64
 }
 
@@ -24,14 +33,20 @@ func (f *Filter) Stats() []GenStats {
 	idx := f.head
 	for i := range f.nlive {
 		s := &f.slots[idx]
-		fill := float64(s.bf.BitSet().Count()) / float64(f.m)
-		out = append(out, GenStats{
-			Gen:          f.cur - uint64(i),
-			Added:        s.added,
-			Bytes:        len(s.words) * 8,
-			FillRatio:    fill,
-			EstimatedFPR: math.Pow(fill, float64(f.k)),
-		})
+		g := GenStats{Gen: f.cur - uint64(i), Added: s.added, SubFilters: len(s.subs)}
+		var ones, bits uint64
+		miss := 1.0
+		for j := range s.subs {
+			sb := &s.subs[j]
+			n, rate := sb.count()
+			ones += n
+			bits += sb.m
+			g.Bytes += len(sb.words) * 8
+			miss *= 1 - rate
+		}
+		g.FillRatio = float64(ones) / float64(bits)
+		g.EstimatedFPR = 1 - miss
+		out = append(out, g)
 		idx = f.prev(idx)
 	}
 	return out
@@ -39,7 +54,7 @@ func (f *Filter) Stats() []GenStats {
 
 // EstimatedFalsePositiveRate estimates, from the bits actually set, the
 // probability that Test reports an absent key as present:
-// 1 - prod(1 - fill_g^k) over the live generations. Same cost as Stats.
+// 1 - prod(1 - EstimatedFPR_g) over the live generations. Same cost as Stats.
 func (f *Filter) EstimatedFalsePositiveRate() float64 {
 	miss := 1.0
 	for _, g := range f.Stats() {
@@ -48,12 +63,33 @@ func (f *Filter) EstimatedFalsePositiveRate() float64 {
 	return 1 - miss
 }
 
-// BytesPerKey is the memory of all generations divided by the keys a full
-// window holds (Generations * KeysPerGeneration).
+// BytesPerKey is the memory of all generations and their sub-filters divided
+// by the keys a full window holds (Generations * KeysPerGeneration).
 func (f *Filter) BytesPerKey() float64 {
 	words := 0
 	for i := range f.slots {
-		words += len(f.slots[i].words)
+		for j := range f.slots[i].subs {
+			words += len(f.slots[i].subs[j].words)
+		}
 	}
 	return float64(words*8) / (float64(f.cfg.KeysPerGeneration) * float64(f.cfg.Generations))
+}
+
+// count returns the bits set in s and the probability that an absent key
+// tests positive in it: the mean over the blocks of (bits set/blockBits)^k,
+// since a key probes k bits of one block.
+func (s *sub) count() (ones uint64, rate float64) {
+	var pow [blockBits + 1]float64
+	for c := range pow {
+		pow[c] = math.Pow(float64(c)/blockBits, float64(s.k))
+	}
+	for b := 0; b+blockWords <= len(s.words); b += blockWords {
+		n := 0
+		for _, w := range s.words[b : b+blockWords] {
+			n += bits.OnesCount64(w)
+		}
+		ones += uint64(n)
+		rate += pow[n]
+	}
+	return ones, rate / float64(s.nblocks)
 }

@@ -54,7 +54,9 @@ var (
 	descStateBytes  = prometheus.NewDesc("dedupstream_state_bytes", "Estimated on-disk bytes of each live generation's store bucket (keys still in the memtable count 0).", lpa, nil)
 	descDisk        = prometheus.NewDesc("dedupstream_state_disk_bytes", "Bytes the partition's Pebble store occupies on disk.", lp, nil)
 	descGen         = prometheus.NewDesc("dedupstream_window_generation", "The stage's current window generation number.", lp, nil)
-	descFill        = prometheus.NewDesc("dedupstream_bloom_fill_ratio", "Fraction of bits set in each live generation's Bloom sub-filter.", lpa, nil)
+	descFill        = prometheus.NewDesc("dedupstream_bloom_fill_ratio", "Fraction of bits set in each live generation's Bloom sub-filters.", lpa, nil)
+	descGenFPR      = prometheus.NewDesc("dedupstream_bloom_generation_false_positive_rate", "Probability, estimated from the bits set, that each live generation reports an absent key as maybe present; growth keeps it below about 1.35x dedup.false_positive_rate / live generations.", lpa, nil)
+	descSubFilters  = prometheus.NewDesc("dedupstream_bloom_subfilters", "Bloom sub-filters of each live generation: 1, plus one each time the generation filled up (it received more keys than dedup.expected_keys sized it for).", lpa, nil)
 	descFPR         = prometheus.NewDesc("dedupstream_bloom_estimated_false_positive_rate", "Probability, estimated from the bits set, that the Bloom front reports an absent key as maybe present.", lp, nil)
 	descRestoreLeft = prometheus.NewDesc("dedupstream_restore_remaining_records", "Output offsets still to read back in the running restore; 0 when none runs.", lp, nil)
 	descRestoreDone = prometheus.NewDesc("dedupstream_restore_progress_ratio", "Progress of the latest restore from the output, 0 to 1 (1 when done or when none was needed).", lp, nil)
@@ -70,7 +72,7 @@ var (
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIn, descOut, descDropped, descDLQ, descRatio, descBloomCheck, descBloomNeg, descFP,
 		descStoreRead, descStoreWrite, descTxn, descRestored, descMisroute, descCycle, descE2E, descLag, descStateKeys,
-		descStateBytes, descDisk, descGen, descFill, descFPR, descRestoreLeft, descRestoreDone, descRecovery, descReady,
+		descStateBytes, descDisk, descGen, descFill, descGenFPR, descSubFilters, descFPR, descRestoreLeft, descRestoreDone, descRecovery, descReady,
 		descAssigned, descGenerations, descRouteIn, descRouted} {
 		ch <- d
 	}
@@ -148,6 +150,8 @@ func (pm *partMetrics) collect(ch chan<- prometheus.Metric, topics []string) {
 			gauge(descStateKeys, float64(st.keys[age]), a)
 			gauge(descStateBytes, float64(st.bytes[age]), a)
 			gauge(descFill, st.fill[age], a)
+			gauge(descGenFPR, st.genFPR[age], a)
+			gauge(descSubFilters, float64(st.subs[age]), a)
 		}
 	}
 }

@@ -44,6 +44,8 @@ type stateStats struct {
 	keys       []uint64 // by age
 	bytes      []uint64
 	fill       []float64
+	genFPR     []float64
+	subs       []int
 }
 
 // partition returns partition p's metrics, creating them on first use.
@@ -202,12 +204,15 @@ func readState(stage *pipeline.Stage) stateStats {
 	ps := stage.Stats()
 	cur, live := ps.Generation, ps.LiveGenerations
 	st := stateStats{valid: true, generation: cur, disk: ps.DiskBytes,
-		keys: make([]uint64, live), bytes: make([]uint64, live), fill: make([]float64, live)}
+		keys: make([]uint64, live), bytes: make([]uint64, live), fill: make([]float64, live),
+		genFPR: make([]float64, live), subs: make([]int, live)}
 	miss := 1.0
 	for _, g := range ps.Filter {
 		if age := cur - g.Gen; age < uint64(live) {
 			st.keys[age] = g.Added
 			st.fill[age] = g.FillRatio
+			st.genFPR[age] = g.EstimatedFPR
+			st.subs[age] = g.SubFilters
 		}
 		miss *= 1 - g.EstimatedFPR
 	}

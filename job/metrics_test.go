@@ -238,6 +238,9 @@ func TestMetrics(t *testing.T) {
 		if f := m("dedupstream_bloom_fill_ratio", `age="0"`); f <= 0 || f >= 0.5 {
 			t.Errorf("partition %d: bloom fill %v", p, f)
 		}
+		if fpr, subs := m("dedupstream_bloom_generation_false_positive_rate", `age="0"`), m("dedupstream_bloom_subfilters", `age="0"`); fpr <= 0 || fpr > 0.01 || subs != 1 {
+			t.Errorf("partition %d: newest generation: estimated false-positive rate %v, want in (0, 0.01]; %v sub-filters, want 1", p, fpr, subs)
+		}
 		if fpr := m("dedupstream_bloom_estimated_false_positive_rate"); fpr <= 0 || fpr > 0.01 {
 			t.Errorf("partition %d: estimated false-positive rate %v, want in (0, 0.01]", p, fpr)
 		}

@@ -22,7 +22,11 @@
 //     batches) is dropped with reason "batch". This needs no lookup.
 //  3. Bloom front: the filter names the live generations that may hold the
 //     key. None means "definitely new": the key is emitted without a disk
-//     read.
+//     read. The probe reads one cache line per live generation (blocked
+//     sub-filters, package filter), and a generation that receives more
+//     keys than dedup.expected_keys sized it for grows instead of
+//     saturating, so a backlog whose timestamps fall into one generation
+//     does not turn the front into a store read per record.
 //  4. Exact confirm: otherwise the store is read in exactly those
 //     generations. A hit is a duplicate from history (reason "history"); a
 //     miss is a Bloom false positive and the key is emitted. A false positive
