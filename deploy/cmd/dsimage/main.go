@@ -58,6 +58,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "dsimage:", err)
 		return 1
 	}
+	if abs, err := filepath.Abs(*out); err == nil {
+		*out = abs
+	}
 	o.Binary = filepath.Join(*out, "dedupstream")
 	res, err := ociimage.Make(context.Background(), o, *out)
 	if err != nil {
