@@ -291,7 +291,9 @@ func checkListen(listen string, add func(string, ...any)) int {
 		add("metrics.listen: %s is loopback: the kubelet's probes and Prometheus reach the pod's IP; use 0.0.0.0:%s", listen, ps)
 	} else if host != "" {
 		ip := net.ParseIP(host)
-		if ip == nil || !ip.IsUnspecified() {
+		if ip != nil && ip.IsLoopback() {
+			add("metrics.listen: %s is loopback: the kubelet's probes and Prometheus reach the pod's IP; use 0.0.0.0:%s", listen, ps)
+		} else if ip == nil || !ip.IsUnspecified() {
 			add("metrics.listen: %s binds one address (loopback or an address the pod does not know in advance); use 0.0.0.0:%s", listen, ps)
 		}
 	}
