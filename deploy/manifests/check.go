@@ -145,6 +145,8 @@ func checkStatefulSet(s *Set, sts *appsv1.StatefulSet, workDir string) []error {
 		add("spec.serviceName %q: no such Service", spec.ServiceName)
 	} else if svc := hs.Obj.(*corev1.Service); svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		add("spec.serviceName %q: want a headless Service (clusterIP: None), got %q", svc.Name, svc.Spec.ClusterIP)
+	} else if len(svc.Spec.Selector) == 0 || !labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels) {
+		add("spec.serviceName %q: its selector %v does not select the pods", svc.Name, svc.Spec.Selector)
 	}
 	pdbs := 0
 	for _, pdb := range All[*policyv1.PodDisruptionBudget](s) {

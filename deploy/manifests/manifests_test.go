@@ -161,6 +161,9 @@ func TestCheckCatchesDisagreement(t *testing.T) {
 		{"metrics Service to another port", groupDir, func(s *Set) {
 			s.Find("Service", "dedupstream-metrics").Obj.(*corev1.Service).Spec.Ports[0].TargetPort = intstr.FromInt32(8080)
 		}, "Service dedupstream-metrics port metrics: targetPort reaches 8080"},
+		{"headless Service selects other pods", groupDir, func(s *Set) {
+			s.Find("Service", "dedupstream").Obj.(*corev1.Service).Spec.Selector = map[string]string{"app": "other"}
+		}, `spec.serviceName "dedupstream": its selector`},
 		{"no disruption budget", groupDir, func(s *Set) {
 			s.Find("PodDisruptionBudget", "dedupstream").Obj.(*policyv1.PodDisruptionBudget).Spec.Selector.MatchLabels = map[string]string{"app": "other"}
 		}, "want one PodDisruptionBudget"},
