@@ -1,7 +1,3 @@
-// Package manifests reads deploy/kubernetes the way kubectl apply -k would
-// see it, strictly (every object decoded into its Kubernetes API type, an
-// unknown or duplicated field is an error), and checks that the objects
-// agree with the job they run (Check) and with configs/ (Generate).
 package manifests
 
 import (
