@@ -15,6 +15,7 @@ import (
 	"math"
 
 	"github.com/dedupstream/dedupstream/config"
+	"github.com/dedupstream/dedupstream/pipeline"
 )
 
 // The figures the rule uses.
@@ -94,7 +95,7 @@ type Plan struct {
 // MemoryPerStage is one partition's memory: the store's block cache and
 // memtables, plus the per-key figure for the window's keys.
 func MemoryPerStage(c *config.Config) float64 {
-	d := c.Pipeline() // the dedup section with its defaults
+	d := dedupOf(c)
 	perKey := MemoryPerKeyBytes - BloomShareBytes + BloomShareBytes*math.Log(d.FalsePositiveRate)/math.Log(0.01)
 	return float64(c.State.CacheSize) + MemTables*float64(c.State.MemTableSize) + perKey*float64(d.ExpectedKeys)
 }
@@ -103,9 +104,21 @@ func MemoryPerStage(c *config.Config) float64 {
 // generations (window + window/generations) with room for compactions, and
 // the write-ahead log of the memtables.
 func DiskPerStage(c *config.Config) float64 {
-	d := c.Pipeline()
+	d := dedupOf(c)
 	live := float64(d.ExpectedKeys) * float64(d.Generations+1) / float64(d.Generations)
 	return live*DiskPerKeyBytes*DiskCompactionFactor + MemTables*float64(c.State.MemTableSize)
+}
+
+// dedupOf is the dedup figures the rule reads, with the stage's defaults
+// for those the file leaves out.
+func dedupOf(c *config.Config) pipeline.Config {
+	d := pipeline.Config{
+		Generations:       c.Dedup.Generations,
+		ExpectedKeys:      c.Dedup.ExpectedKeys,
+		FalsePositiveRate: c.Dedup.FalsePositiveRate,
+	}
+	d.ApplyDefaults()
+	return d
 }
 
 // cpuPerRecord picks the row for the window's keys.
@@ -148,7 +161,7 @@ func Size(c *config.Config, in Inputs) (Plan, error) {
 	mem := ProcessBaseBytes + float64(ms)*MemoryPerStage(c)
 	p.MemoryRequest = roundUp(int64(math.Ceil(mem)), 1<<20)
 	p.MemoryLimit = roundUp(int64(math.Ceil(float64(p.MemoryRequest)*MemoryLimitFactor)), 1<<20)
-	cores := float64(cs) * in.RecordsPerSecond * cpuPerRecord(c.Pipeline().ExpectedKeys)
+	cores := float64(cs) * in.RecordsPerSecond * cpuPerRecord(dedupOf(c).ExpectedKeys)
 	p.CPURequestMilli = max(100, roundUp(int64(math.Ceil(cores*1000)), 100))
 	// Group mode keeps a partition's directory when it moves away, and
 	// any partition may come by: the volume holds all N. Static mode
