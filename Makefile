@@ -8,7 +8,15 @@ FUZZTIME  ?= 30s
 CHAOS     ?= full
 KAFKA     := testenv/kafka.sh
 
-.PHONY: build test demo bench bench-full bench-kafka bench-go fuzz lint fmt kafka-up kafka-down test-kafka chaos
+.PHONY: build test demo bench bench-full bench-kafka bench-go fuzz lint fmt kafka-up kafka-down test-kafka chaos image
+
+# make image: labels and version stamp (override on the command line).
+VERSION        ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION       ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE_CREATED  ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE_SOURCE   ?= https://github.com/dedupstream/dedupstream
+IMAGE_LICENSES ?= NOASSERTION
+IMAGE_ARCH     ?= amd64
 
 ## build: compile every package and the dedupstream binary into bin/
 build:
@@ -19,10 +27,16 @@ build:
 demo:
 	$(GO) run ./cmd/dedupstream demo
 
-## test: vet, then every test (unit, property, crash, embedded-broker) once
+## test: vet, then every test (unit, property, crash, embedded-broker) once; then deploy/ (its own module: manifests, sizing, image)
 test:
 	$(GO) vet $(PKGS)
 	$(GO) test -count=1 -timeout 20m $(PKGS)
+	cd deploy && $(GO) vet ./... && $(GO) test -count=1 -timeout 20m ./...
+
+## image: the OCI image, no container daemon: bin/image/oci (OCI layout), bin/image/dedupstream.tar (docker load, crane push)
+image:
+	cd deploy && $(GO) run ./cmd/dsimage -module .. -out ../bin/image -version '$(VERSION)' -revision '$(REVISION)' \
+		-created '$(IMAGE_CREATED)' -source '$(IMAGE_SOURCE)' -licenses '$(IMAGE_LICENSES)' -arch '$(IMAGE_ARCH)'
 
 ## kafka-up: a 3-broker Apache Kafka cluster on loopback (jars from Maven on first use)
 kafka-up:
@@ -67,11 +81,12 @@ fuzz:
 		done; \
 	done
 
-## lint: gofmt, go vet and staticcheck (pinned by go.mod's tool directive) must be clean
+## lint: gofmt, go vet and staticcheck (pinned by go.mod's tool directive) must be clean; deploy/ (its own module) too
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) tool staticcheck $(PKGS)
+	sc=$$($(GO) tool -n staticcheck) && cd deploy && $(GO) vet ./... && $$sc ./...
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
