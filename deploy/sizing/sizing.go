@@ -16,15 +16,19 @@ import (
 
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/pipeline"
+	"github.com/dedupstream/dedupstream/statestore"
 )
 
 // The figures the rule uses.
 const (
-	// MemTables is how many memtables of state.memtable_size a store
-	// may hold at once (the active one and two queued for flush); with
-	// state.cache_size it makes the ~320 MiB per partition at the
-	// defaults (docs/scaling.md).
-	MemTables = 3
+	// IndexMemTables is how many memtable-sized in-memory indexes of
+	// recent keys a store of layout 2 holds in the Go heap (the filling
+	// one and the one being written as a run, statestore/doc.go); the
+	// Pebble cache and memtables are inside state.memory.
+	IndexMemTables = 2
+	// WALMemTables is how many memtables' worth of commit log a store
+	// keeps on disk (the filling index, the flushing one, one spare).
+	WALMemTables = 3
 	// MemoryPerKeyBytes is the RSS growth per key in the window with the
 	// Bloom front included: 7.4 B/key at 100M keys, the largest window
 	// measured (docs/benchmarks.md, window sweep, "RSS growth per key").
@@ -92,21 +96,33 @@ type Plan struct {
 	DiskBytes int64
 }
 
-// MemoryPerStage is one partition's memory: the store's block cache and
-// memtables, plus the per-key figure for the window's keys.
-func MemoryPerStage(c *config.Config) float64 {
+// MemoryPerStage is one partition's memory outside the instance's shared
+// budget: its in-memory index of recent keys (IndexMemTables memtables of
+// the size the budget plans for stages stores) plus the per-key figure for
+// the window's keys.
+func MemoryPerStage(c *config.Config, stages int) float64 {
 	d := dedupOf(c)
 	perKey := MemoryPerKeyBytes - BloomShareBytes + BloomShareBytes*math.Log(d.FalsePositiveRate)/math.Log(0.01)
-	return float64(c.State.CacheSize) + MemTables*float64(c.State.MemTableSize) + perKey*float64(d.ExpectedKeys)
+	mt, _ := statestore.PlanMemTable(int64(memoryOf(c)), uint64(c.State.MemTableSize), stages)
+	return IndexMemTables*float64(mt) + perKey*float64(d.ExpectedKeys)
+}
+
+// memoryOf is state.memory with its default.
+func memoryOf(c *config.Config) config.ByteSize {
+	if c.State.Memory == 0 {
+		return config.ByteSize(statestore.DefaultMemory)
+	}
+	return c.State.Memory
 }
 
 // DiskPerStage is one partition's store on disk: the keys of the live
 // generations (window + window/generations) with room for compactions, and
 // the write-ahead log of the memtables.
-func DiskPerStage(c *config.Config) float64 {
+func DiskPerStage(c *config.Config, stages int) float64 {
 	d := dedupOf(c)
 	live := float64(d.ExpectedKeys) * float64(d.Generations+1) / float64(d.Generations)
-	return live*DiskPerKeyBytes*DiskCompactionFactor + MemTables*float64(c.State.MemTableSize)
+	mt, _ := statestore.PlanMemTable(int64(memoryOf(c)), uint64(c.State.MemTableSize), stages)
+	return live*DiskPerKeyBytes*DiskCompactionFactor + WALMemTables*float64(mt)
 }
 
 // dedupOf is the dedup figures the rule reads, with the stage's defaults
@@ -158,7 +174,9 @@ func Size(c *config.Config, in Inputs) (Plan, error) {
 		return Plan{}, err
 	}
 	p := Plan{MemoryStages: ms, CPUStages: cs}
-	mem := ProcessBaseBytes + float64(ms)*MemoryPerStage(c)
+	// state.memory bounds the Pebble cache and memtables of every store
+	// of the instance together; the rest grows with the stages.
+	mem := ProcessBaseBytes + float64(memoryOf(c)) + float64(ms)*MemoryPerStage(c, ms)
 	p.MemoryRequest = roundUp(int64(math.Ceil(mem)), 1<<20)
 	p.MemoryLimit = roundUp(int64(math.Ceil(float64(p.MemoryRequest)*MemoryLimitFactor)), 1<<20)
 	cores := float64(cs) * in.RecordsPerSecond * cpuPerRecord(dedupOf(c).ExpectedKeys)
@@ -166,9 +184,9 @@ func Size(c *config.Config, in Inputs) (Plan, error) {
 	// Group mode keeps a partition's directory when it moves away, and
 	// any partition may come by: the volume holds all N. Static mode
 	// holds its own file's partitions.
-	disk := float64(in.Partitions) * DiskPerStage(c)
+	disk := float64(in.Partitions) * DiskPerStage(c, ms)
 	if in.StaticShares != nil {
-		disk = float64(ms) * DiskPerStage(c)
+		disk = float64(ms) * DiskPerStage(c, ms)
 	}
 	p.DiskBytes = max(MinDiskBytes, roundUp(int64(math.Ceil(disk)), 1<<30))
 	return p, nil

@@ -6,9 +6,9 @@ import (
 	"github.com/dedupstream/dedupstream/config"
 )
 
-func cfg(cache, memtable config.ByteSize, keys uint, fpr float64) *config.Config {
+func cfg(memory, memtable config.ByteSize, keys uint, fpr float64) *config.Config {
 	c := &config.Config{}
-	c.State.CacheSize, c.State.MemTableSize = cache, memtable
+	c.State.Memory, c.State.MemTableSize = memory, memtable
 	c.Dedup.ExpectedKeys, c.Dedup.FalsePositiveRate = keys, fpr
 	c.ApplyDefaults()
 	return c
@@ -16,9 +16,11 @@ func cfg(cache, memtable config.ByteSize, keys uint, fpr float64) *config.Config
 
 // The worked examples of docs/deploy.md, computed by hand from the figures.
 func TestSize(t *testing.T) {
-	c := cfg(128<<20, 64<<20, 1_000_000, 0.01)
-	// Per partition: 128 MiB + 3 x 64 MiB + 7.4 B x 1M = 342,944,320 B.
-	if got := MemoryPerStage(c); got != 342_944_320 {
+	c := cfg(1<<30, 0, 1_000_000, 0.01)
+	// Six stages under 1 GiB: memtables of 1 GiB / 2 / (3 x 6) rounded
+	// down to 64 KiB = 29,818,880 B; per partition two indexes of that
+	// size + 7.4 B x 1M = 67,037,760 B.
+	if got := MemoryPerStage(c, 6); got != 67_037_760 {
 		t.Fatalf("MemoryPerStage = %v", got)
 	}
 	for _, tc := range []struct {
@@ -29,15 +31,20 @@ func TestSize(t *testing.T) {
 		cpu                 int64 // millicores
 		disk                int64 // GiB
 	}{
-		// 64 MiB + 6 x 342,944,320 B = 2026.4 MiB -> 2027; x1.25 = 2533.75 -> 2534.
-		// CPU 4 x 20k x 5.18 us = 0.415 cores -> 500m. Disk 12 x (1.25M x 22.6 x 2 + 192 MiB) = 2.88 GiB -> 3.
-		{"group 12 on 3", Inputs{Partitions: 12, Replicas: 3, RecordsPerSecond: 20000}, 6, 4, 2027, 2534, 500, 3},
-		// One replica: nobody to fail over to; sized for all 12.
-		{"group 12 on 1", Inputs{Partitions: 12, Replicas: 1, RecordsPerSecond: 1000}, 12, 12, 3989, 4987, 100, 3},
-		// More replicas than partitions: one partition each, two after a failure.
-		{"group 4 on 6", Inputs{Partitions: 4, Replicas: 6, RecordsPerSecond: 100000}, 1, 1, 392, 490, 600, 1},
-		// Static: the largest file; disk for the file only.
-		{"static 4,4,4", Inputs{Partitions: 12, Replicas: 3, RecordsPerSecond: 20000, StaticShares: []int{4, 4, 4}}, 4, 4, 1373, 1717, 500, 1},
+		// 64 MiB + 1 GiB + 6 x 67,037,760 B = 1471.6 MiB -> 1472; x1.25 = 1840.
+		// CPU 4 x 20k x 5.18 us = 0.415 cores -> 500m.
+		// Disk 12 x (1.25M x 22.6 x 2 + 3 x 29,818,880) = 1.77 GiB -> 2.
+		{"group 12 on 3", Inputs{Partitions: 12, Replicas: 3, RecordsPerSecond: 20000}, 6, 4, 1472, 1840, 500, 2},
+		// One replica: nobody to fail over to; sized for all 12 (memtables
+		// 1 GiB / 72 -> 14,876,672 B): 1088 + 12 x (2 x 14,876,672 + 7.4M) B = 1513.3 -> 1514.
+		{"group 12 on 1", Inputs{Partitions: 12, Replicas: 1, RecordsPerSecond: 1000}, 12, 12, 1514, 1893, 100, 2},
+		// More replicas than partitions: one partition each, two after a
+		// failure (memtables 64 MiB, the cap): 1088 + 2 x 64 + 7.06 = 1223.06 -> 1224... for one stage:
+		// 1088 + 1 x (128 MiB + 7.4M B) = 1223.06 MiB -> 1224.
+		{"group 4 on 6", Inputs{Partitions: 4, Replicas: 6, RecordsPerSecond: 100000}, 1, 1, 1224, 1530, 600, 1},
+		// Static: the largest file (memtables 1 GiB / 24 -> 44,695,552 B):
+		// 1088 + 4 x (2 x 44,695,552 + 7.4M) B = 1457.2 -> 1458; disk for the file only.
+		{"static 4,4,4", Inputs{Partitions: 12, Replicas: 3, RecordsPerSecond: 20000, StaticShares: []int{4, 4, 4}}, 4, 4, 1458, 1823, 500, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := Size(c, tc.in)
@@ -55,7 +62,7 @@ func TestSize(t *testing.T) {
 	}
 	// A lower false-positive rate costs Bloom bytes: 0.1 % is 1.5x the
 	// bits of 1 %, so 2.02 B/key becomes 3.03 B/key.
-	if d := MemoryPerStage(cfg(128<<20, 64<<20, 1_000_000, 0.001)) - MemoryPerStage(c); d < 1_009_000 || d > 1_011_000 {
+	if d := MemoryPerStage(cfg(1<<30, 0, 1_000_000, 0.001), 6) - MemoryPerStage(c, 6); d < 1_009_000 || d > 1_011_000 {
 		t.Errorf("0.1%% instead of 1%%: %v more bytes per partition, want ~1.01M", d)
 	}
 	if _, err := Size(c, Inputs{Partitions: 0, Replicas: 1}); err == nil {
