@@ -35,7 +35,19 @@ const (
 // become the Kafka key, window: 0s the 24h default. Call it on the decoded
 // config before ApplyDefaults; lines holds the fields the file sets.
 func (c *Config) explicitZeros(v *validator) {
-	set := func(field string) bool { _, ok := v.lines[field]; return ok }
+	// Set in the file, and decoded: a value that did not parse is already
+	// reported and left zero.
+	set := func(field string) bool {
+		if _, ok := v.lines[field]; !ok {
+			return false
+		}
+		for _, p := range v.problems {
+			if p.Field == field {
+				return false
+			}
+		}
+		return true
+	}
 	if set("dedup.key") && len(c.Dedup.Key) == 0 {
 		v.addf("dedup.key", `must list at least one field ("key" for the Kafka key, "json:a.b", "header:NAME"), got []`)
 	}
