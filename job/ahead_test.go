@@ -54,7 +54,9 @@ func TestStoreAheadOfOutput(t *testing.T) {
 			t.Fatalf("create %s again: %v %+v", e.out, err, cres)
 		}
 	}
-	kafkatest.WaitTopics(t, cl, partitions, e.out)
+	if err := kafkatest.WaitTopics(e.ctx(60*time.Second), cl, partitions, e.out); err != nil {
+		t.Fatal(err)
+	}
 	r2 := e.start(cfg)
 	err = r2.wait(t, 60*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "is ahead of output") || !strings.Contains(err.Error(), job.StateDir(cfg.State.Dir, 0)[:len(cfg.State.Dir)]) ||

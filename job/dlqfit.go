@@ -117,14 +117,18 @@ func (j *Job) describeMaxMessageBytes(ctx context.Context, topic string) (int, e
 	return 0, fmt.Errorf("%s missing from the answer", name)
 }
 
-// maxBatchBytes is the producers' sink.Config.MaxBatchBytes: the default,
-// lowered when the DLQ topic takes less, so that a batch of many small DLQ
-// records fits it too; 0 (the default) when the limit is unknown.
-func (l layout) maxBatchBytes() int {
+// maxBatchBytes is the producers' sink.Config.MaxBatchBytes: configured
+// (produce.batch_max_bytes; 0 means sink's default), lowered when the DLQ
+// topic takes less, so that a batch of many small DLQ records fits it too.
+func (l layout) maxBatchBytes(configured int) int {
 	if l.dlqMaxBytes <= 0 {
-		return 0
+		return configured
 	}
-	return max(min(sink.DefaultMaxBatchBytes, l.dlqMaxBytes-dlqSlack(l.dlqMaxBytes)-sink.SingleBatchSize(&sink.Record{})), 1024)
+	base := configured
+	if base <= 0 {
+		base = sink.DefaultMaxBatchBytes
+	}
+	return max(min(base, l.dlqMaxBytes-dlqSlack(l.dlqMaxBytes)-sink.SingleBatchSize(&sink.Record{})), 1024)
 }
 
 // countTruncated adds a committed cycle's cut-down DLQ records to the job's

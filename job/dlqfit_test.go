@@ -80,13 +80,16 @@ func TestFitDLQ(t *testing.T) {
 // TestMaxBatchBytes: a DLQ topic smaller than the producer's default batch
 // lowers it, so a batch of many small DLQ records fits too.
 func TestMaxBatchBytes(t *testing.T) {
-	if got := (layout{}).maxBatchBytes(); got != 0 {
+	if got := (layout{}).maxBatchBytes(0); got != 0 {
 		t.Errorf("unknown limit: %d, want 0 (the default)", got)
 	}
-	if got := (layout{dlqMaxBytes: 10 << 20}).maxBatchBytes(); got != sink.DefaultMaxBatchBytes {
+	if got := (layout{dlqMaxBytes: 10 << 20}).maxBatchBytes(2 << 20); got != 2<<20 {
+		t.Errorf("configured 2MiB, DLQ limit 10MiB: %d", got)
+	}
+	if got := (layout{dlqMaxBytes: 10 << 20}).maxBatchBytes(0); got != sink.DefaultMaxBatchBytes {
 		t.Errorf("large DLQ limit: %d, want the default %d", got, sink.DefaultMaxBatchBytes)
 	}
-	if got := (layout{dlqMaxBytes: 100_000}).maxBatchBytes(); got <= 1024 || got+200 > 100_000 {
+	if got := (layout{dlqMaxBytes: 100_000}).maxBatchBytes(0); got <= 1024 || got+200 > 100_000 {
 		t.Errorf("DLQ limit 100000: batches of %d bytes", got)
 	}
 }

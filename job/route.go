@@ -77,9 +77,8 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 		TransactionTimeout: cfg.Kafka.TransactionTimeout,
 		RequestTimeout:     j.opts.RequestTimeout,
 		RetryTimeout:       j.opts.RetryTimeout,
-		MaxBatchBytes:      int(cfg.Produce.BatchMaxBytes),
 		Compression:        j.codec,
-		MaxBatchBytes:      lay.maxBatchBytes(),
+		MaxBatchBytes:      lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
 		Logger:             j.log,
 	})
 	if err != nil {

@@ -209,9 +209,8 @@ func (r *runner) connect() error {
 		TransactionTimeout: cfg.Kafka.TransactionTimeout,
 		RequestTimeout:     j.opts.RequestTimeout,
 		RetryTimeout:       j.opts.RetryTimeout,
-		MaxBatchBytes:      int(cfg.Produce.BatchMaxBytes),
 		Compression:        j.codec,
-		MaxBatchBytes:      r.lay.maxBatchBytes(),
+		MaxBatchBytes:      r.lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
 		Logger:             r.log,
 	})
 	if err != nil {

@@ -145,25 +145,6 @@ func WaitTopics(ctx context.Context, cl *kgo.Client, partitions int32, topics ..
 	}
 }
 
-// WaitTopics waits until every broker's metadata shows topics with
-// partitions partitions and a leader for each (a topic created again after
-// a deletion takes a while on a real cluster).
-func WaitTopics(tb testing.TB, cl *kgo.Client, partitions int32, topics ...string) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	for {
-		lag, err := topicsReady(ctx, cl, partitions, topics)
-		if err == nil && lag == "" {
-			return
-		}
-		if ctx.Err() != nil {
-			tb.Fatalf("kafkatest: topics %v not ready within 60s: %s %v", topics, lag, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // topicsReady asks every broker for the topics' metadata and describes the
 // first that lacks a topic or a partition leader, or returns "".
 func topicsReady(ctx context.Context, cl *kgo.Client, partitions int32, topics []string) (string, error) {
