@@ -306,10 +306,13 @@ func load(path string, lookup func(string) (string, bool)) (*Config, error) {
 	if lines == nil {
 		return nil, &Error{Problems: problems}
 	}
+	v := validator{file: path, lines: lines, problems: problems}
+	c.explicitZeros(&v)
+	c.splitBrokers()
 	c.ApplyDefaults()
 	c.Kafka.resolveSecurityFiles(path)
-	v := validator{file: path, lines: lines, problems: problems}
 	c.validate(&v)
+	c.validateLimits(&v)
 	if c.Assignment.Mode == "static" && len(c.Assignment.Partitions) == 0 && c.Assignment.PartitionsFile != "" {
 		c.Assignment.Partitions = v.partitionsFile(resolve(path, c.Assignment.PartitionsFile), lookup)
 	}
@@ -361,11 +364,6 @@ func (c *Config) validate(v *validator) {
 	}
 	if len(c.Kafka.Brokers) == 0 {
 		v.addf("kafka.brokers", "required: at least one host:port")
-	}
-	for i, b := range c.Kafka.Brokers {
-		if !strings.Contains(b, ":") {
-			v.addf(fmt.Sprintf("kafka.brokers[%d]", i), "want host:port, got %q", b)
-		}
 	}
 	c.Kafka.validateSecurity(v)
 	if len(c.Input.Topics) == 0 {
@@ -439,10 +437,15 @@ func (v *validator) partitionsFile(path string, lookup func(string) (string, boo
 	if len(problems) == 0 && len(pf.Partitions) == 0 {
 		v.problems = append(v.problems, Problem{File: path, Field: "partitions", Msg: "required: at least one partition"})
 	}
+	seen := map[int]bool{}
 	for i, p := range pf.Partitions {
 		if p < 0 {
 			v.problems = append(v.problems, Problem{File: path, Field: fmt.Sprintf("partitions[%d]", i), Msg: fmt.Sprintf("must be >= 0, got %d", p)})
 		}
+		if seen[p] {
+			v.problems = append(v.problems, Problem{File: path, Field: fmt.Sprintf("partitions[%d]", i), Msg: fmt.Sprintf("partition %d is listed twice: two stages cannot own one partition", p)})
+		}
+		seen[p] = true
 	}
 	return pf.Partitions
 }

@@ -84,10 +84,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
-	d.lines[path] = n.Line
 	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
-		return // an empty value keeps the default
+		return // an empty value keeps the default (and is not "set")
 	}
+	d.lines[path] = n.Line
 	switch {
 	case v.Type() == durationType:
 		dur, err := time.ParseDuration(n.Value)

@@ -20,6 +20,7 @@ import (
 type layout struct {
 	partitions    int // of the stages' input topics, the output topic and the job
 	dlqPartitions int
+	dlqMaxBytes   int            // the DLQ topic's max.message.bytes
 	raw           map[string]int // partition counts of the raw topics
 }
 
@@ -92,6 +93,7 @@ func (j *Job) checkTopics(ctx context.Context) (layout, error) {
 	if len(problems) > 0 {
 		return layout{}, fmt.Errorf("%w:\n%s", ErrTopics, strings.Join(problems, "\n"))
 	}
+	lay.dlqMaxBytes = j.maxMessageBytes(ctx, j.cfg.Output.DLQTopic)
 	return lay, nil
 }
 

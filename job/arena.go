@@ -13,6 +13,10 @@ import (
 type arena struct {
 	headers []sink.Header
 	text    []byte
+	// dlqLimit is the DLQ topic's max.message.bytes: larger DLQ records
+	// are cut down (fitDLQ); cut counts them since reset.
+	dlqLimit int
+	cut      uint64
 }
 
 // dlqHeaders is the number of headers a DLQ record gets on top of its own.
@@ -31,6 +35,7 @@ func (a *arena) reset(b *fetch.Batch, dead int) {
 		a.text = make([]byte, 0, need)
 	}
 	a.headers, a.text = a.headers[:0], a.text[:0]
+	a.cut = 0
 }
 
 // record returns fr as a record to produce: key, value, headers and
@@ -55,5 +60,12 @@ func (a *arena) record(fr *fetch.Record, reason string, topic []byte, partition 
 		)
 	}
 	n := len(a.headers)
-	return sink.Record{Key: fr.Key, Value: fr.Value, Time: fr.Timestamp, Headers: a.headers[h0:n:n]}
+	rec := sink.Record{Key: fr.Key, Value: fr.Value, Time: fr.Timestamp, Headers: a.headers[h0:n:n]}
+	if reason != "" {
+		var cut bool
+		if rec, cut = fitDLQ(rec, a.dlqLimit); cut {
+			a.cut++
+		}
+	}
+	return rec
 }

@@ -9,8 +9,14 @@ import (
 
 // checkpointVersion is the first byte of every encoded checkpoint. A store
 // holding a checkpoint of an unknown version is refused rather than guessed
-// at.
-const checkpointVersion = 1
+// at. Version 2 is version 1 followed by the partition count; a checkpoint
+// without one (Partitions 0) is encoded as version 1, so that every
+// checkpoint keeps exactly one encoding.
+const (
+	checkpointVersion    = 1
+	checkpointVersionN   = 2
+	maxCheckpointVersion = checkpointVersionN
+)
 
 // maxTopicLen is Kafka's limit on topic names.
 const maxTopicLen = 249
@@ -30,6 +36,10 @@ const maxTopicLen = 249
 //	uvarint output offset (one past the last record the stage wrote to its
 //	        output partition; 0 before the first)
 //
+// Version 2 appends
+//
+//	uvarint partition count N the store is laid out for (>= 1)
+//
 // A reader must reject trailing bytes and overlong varints, so that every
 // checkpoint has exactly one encoding and a later version cannot be misread
 // as this one.
@@ -38,6 +48,10 @@ type Checkpoint struct {
 	// Output is one past the last output record the stage knows of: the
 	// offset the output read-back starts at in recovery.
 	Output int64
+	// Partitions is the partition count N of the job's topics when the
+	// store was written: a key's partition, so the store that remembers
+	// it, depends on it. 0 means unknown (a version 1 checkpoint).
+	Partitions int
 }
 
 // InputOffset is the next offset to read of one raw topic-partition.
@@ -61,7 +75,11 @@ func (c Checkpoint) Input(topic string, partition int32) int64 {
 
 // AppendEncode appends the version-1 encoding of c to dst.
 func (c Checkpoint) AppendEncode(dst []byte) []byte {
-	dst = append(dst, checkpointVersion)
+	if c.Partitions > 0 {
+		dst = append(dst, checkpointVersionN)
+	} else {
+		dst = append(dst, checkpointVersion)
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(c.Inputs)))
 	for _, in := range c.Inputs {
 		dst = binary.AppendUvarint(dst, uint64(len(in.Topic)))
@@ -69,7 +87,11 @@ func (c Checkpoint) AppendEncode(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(in.Partition))
 		dst = binary.AppendUvarint(dst, uint64(in.Offset))
 	}
-	return binary.AppendUvarint(dst, uint64(c.Output))
+	dst = binary.AppendUvarint(dst, uint64(c.Output))
+	if c.Partitions > 0 {
+		dst = binary.AppendUvarint(dst, uint64(c.Partitions))
+	}
+	return dst
 }
 
 // DecodeCheckpoint reads an encoded checkpoint. An empty input (a store that
@@ -79,8 +101,9 @@ func DecodeCheckpoint(b []byte) (Checkpoint, error) {
 	if len(b) == 0 {
 		return c, nil
 	}
-	if b[0] != checkpointVersion {
-		return c, fmt.Errorf("%w: version %d, this build reads version %d", errCheckpoint, b[0], checkpointVersion)
+	version := b[0]
+	if version < checkpointVersion || version > maxCheckpointVersion {
+		return c, fmt.Errorf("%w: version %d, this build reads versions %d to %d", errCheckpoint, b[0], checkpointVersion, maxCheckpointVersion)
 	}
 	b = b[1:]
 	next := func(limit uint64) (uint64, bool) {
@@ -114,6 +137,13 @@ func DecodeCheckpoint(b []byte) (Checkpoint, error) {
 	out, ok := next(math.MaxInt64)
 	if !ok {
 		return Checkpoint{}, fmt.Errorf("%w: output offset", errCheckpoint)
+	}
+	if version == checkpointVersionN {
+		n, ok := next(math.MaxInt32)
+		if !ok || n == 0 {
+			return Checkpoint{}, fmt.Errorf("%w: partition count", errCheckpoint)
+		}
+		c.Partitions = int(n)
 	}
 	if len(b) != 0 {
 		return Checkpoint{}, fmt.Errorf("%w: %d trailing bytes", errCheckpoint, len(b))

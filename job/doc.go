@@ -83,6 +83,20 @@
 // record_too_large, ...), dedupstream.source.topic,
 // dedupstream.source.partition and dedupstream.source.offset (decimal).
 //
+// A bad record never blocks its partition. The DLQ topic's
+// max.message.bytes is read at start-up (DescribeConfigs; Kafka's default
+// 1048588 is assumed, with a warning, when it cannot be read). A DLQ copy
+// that a batch of its own could not carry within it (a 2 MB JSON record the
+// raw topic took compressed, a record just under the limit that the headers
+// push over) is cut down instead: the four headers above, the key (cut only
+// if it alone cannot fit), the source timestamp (kept as the record's
+// timestamp and in dedupstream.source.timestamp), as much of the value as
+// fits, and dedupstream.truncated naming what was cut (key, value, headers:
+// the record's own headers are left out), dedupstream.key.size and
+// dedupstream.value.size (the original lengths). Such records are counted in
+// dedupstream_dlq_truncated_records_total as well as in
+// dedupstream_dlq_records_total.
+//
 // Readers must use isolation.level=read_committed. kafka-go's Reader does
 // not filter aborted transactions and returns transaction markers as
 // messages: it is not a correct reader of the output.

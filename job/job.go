@@ -166,6 +166,9 @@ type Stats struct {
 	// in committed cycles; Routed those it wrote to the repartition topic
 	// (the rest went to the DLQ and are counted in DeadLettered too).
 	RouteIn, Routed uint64
+	// DLQTruncated counts DLQ records (also in DeadLettered) cut down to
+	// fit the DLQ topic's max.message.bytes.
+	DLQTruncated uint64
 	// Ready is the number of stages that completed recovery and are
 	// processing input now; Assigned is the number of partitions this
 	// instance owns now (static: the configured ones; group: those of the
@@ -201,6 +204,9 @@ type Job struct {
 func New(cfg *config.Config, opts Options) (*Job, error) {
 	if cfg.Assignment.Mode == "static" && len(cfg.Assignment.Partitions) == 0 {
 		return nil, errors.New("job: assignment.partitions: no partitions to run")
+	}
+	if err := checkBrokers(cfg.Kafka.Brokers); err != nil {
+		return nil, err
 	}
 	if err := opts.applyDefaults(cfg); err != nil {
 		return nil, err
@@ -299,6 +305,9 @@ func (j *Job) stateDir(p int) string {
 // consumer group's current generation; see runGroup.
 func (j *Job) Run(ctx context.Context) error {
 	layout, err := j.checkTopics(ctx)
+	if err == nil {
+		err = j.checkPartitionCount(ctx, layout.partitions)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -66,6 +66,7 @@ var (
 	descGenerations = prometheus.NewDesc("dedupstream_group_generations_total", "Consumer group generations this instance joined (group mode): one per rebalance it took part in.", nil, nil)
 	descRouteIn     = prometheus.NewDesc("dedupstream_route_records_in_total", "Raw records the route step of repartition mode read in committed cycles.", nil, nil)
 	descRouted      = prometheus.NewDesc("dedupstream_route_records_out_total", "Raw records the route step wrote to the repartition topic in committed cycles (the others went to the DLQ).", nil, nil)
+	descDLQCut      = prometheus.NewDesc("dedupstream_dlq_truncated_records_total", "DLQ records (counted in dedupstream_dlq_records_total too) cut down to fit the DLQ topic's max.message.bytes: value truncated or left out, see the dedupstream.truncated header.", nil, nil)
 	descBuild       = prometheus.NewDesc("dedupstream_build_info", "Always 1; labels name the build.", []string{"version", "goversion", "revision"}, nil)
 )
 
@@ -73,7 +74,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIn, descOut, descDropped, descDLQ, descRatio, descBloomCheck, descBloomNeg, descFP,
 		descStoreRead, descStoreWrite, descTxn, descRestored, descMisroute, descCycle, descE2E, descLag, descStateKeys,
 		descStateBytes, descDisk, descGen, descFill, descGenFPR, descSubFilters, descFPR, descRestoreLeft, descRestoreDone, descRecovery, descReady,
-		descAssigned, descGenerations, descRouteIn, descRouted} {
+		descAssigned, descGenerations, descRouteIn, descRouted, descDLQCut} {
 		ch <- d
 	}
 	for _, d := range memoryDescs {
@@ -90,6 +91,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descGenerations, prometheus.CounterValue, float64(s.Generations))
 	ch <- prometheus.MustNewConstMetric(descRouteIn, prometheus.CounterValue, float64(s.RouteIn))
 	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(s.Routed))
+	ch <- prometheus.MustNewConstMetric(descDLQCut, prometheus.CounterValue, float64(s.DLQTruncated))
 	j.collectMemory(ch)
 	j.mu.Lock()
 	parts := make([]*partMetrics, 0, len(j.parts))

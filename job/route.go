@@ -77,8 +77,8 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 		TransactionTimeout: cfg.Kafka.TransactionTimeout,
 		RequestTimeout:     j.opts.RequestTimeout,
 		RetryTimeout:       j.opts.RetryTimeout,
-		MaxBatchBytes:      int(cfg.Produce.BatchMaxBytes),
 		Compression:        j.codec,
+		MaxBatchBytes:      lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
 		Logger:             j.log,
 	})
 	if err != nil {
@@ -101,6 +101,7 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 		log:    j.log.With("route", fmt.Sprintf("%s/%d", src.topic, src.partition)),
 		out:    make([][]sink.Record, lay.partitions),
 		topicB: []byte(src.topic),
+		arena:  arena{dlqLimit: lay.dlqMaxBytes},
 	}, nil
 }
 
@@ -163,6 +164,7 @@ func (rt *router) settle(ctx context.Context, cycle *Stats) error {
 	}
 	rt.j.addStats(func(s *Stats) {
 		s.RouteIn += cycle.RouteIn
+		s.DLQTruncated += cycle.DLQTruncated
 		s.Routed += cycle.Routed
 		s.DeadLettered += cycle.DeadLettered
 	})
@@ -202,6 +204,7 @@ func (rt *router) decide(_ int, b *fetch.Batch, cycle *Stats) error {
 		}
 		rt.out[dest] = append(rt.out[dest], rt.arena.record(&b.Records[i], "", nil, 0))
 	}
+	cycle.DLQTruncated += rt.arena.cut
 	cycle.RouteIn += uint64(len(b.Records))
 	cycle.Routed += uint64(len(b.Records) - dead)
 	cycle.DeadLettered += uint64(dead)

@@ -94,6 +94,7 @@ func newRunner(j *Job, p int, lay layout, group sink.Group) *runner {
 		log:   j.log.With("stage", p),
 	}
 	r.met = newStageMetrics(j, p, r.log.Info)
+	r.arena.dlqLimit = lay.dlqMaxBytes
 	return r
 }
 
@@ -202,8 +203,8 @@ func (r *runner) connect() error {
 		TransactionTimeout: cfg.Kafka.TransactionTimeout,
 		RequestTimeout:     j.opts.RequestTimeout,
 		RetryTimeout:       j.opts.RetryTimeout,
-		MaxBatchBytes:      int(cfg.Produce.BatchMaxBytes),
 		Compression:        j.codec,
+		MaxBatchBytes:      r.lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
 		Logger:             r.log,
 	})
 	if err != nil {
@@ -237,7 +238,7 @@ func (r *runner) connect() error {
 // positions in, as Job.topics (sentinels are left out), and the output
 // position out.
 func (r *runner) checkpoint(in []int64, out int64) []byte {
-	c := Checkpoint{Output: out}
+	c := Checkpoint{Output: out, Partitions: r.lay.partitions}
 	for i, off := range in {
 		if off >= 0 {
 			c.Inputs = append(c.Inputs, InputOffset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off})
@@ -272,6 +273,9 @@ func (r *runner) recover(ctx context.Context) error {
 	ck, err := DecodeCheckpoint(st.Checkpoint)
 	if err != nil {
 		return fatalf("state %s: %w", r.j.stateDir(r.p), err)
+	}
+	if err := r.checkStatePartitions(ck); err != nil {
+		return err
 	}
 	offs, err := r.out.ListOffsets(ctx)
 	if err != nil {
@@ -352,11 +356,14 @@ func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, er
 	if pc.TimeBase != pipeline.RecordTime || offs.LastStable <= offs.Earliest {
 		return offs.Earliest, nil
 	}
+	// The newest time on the stage's own clock: a record stamped more
+	// than max_future_skew ahead counts as now, as it does in the stage.
 	newest, appendTime := int64(-1), false
+	wall := r.j.opts.Clock().UnixMilli()
 	tail := max(offs.Earliest, offs.LastStable-windowTail)
 	err := r.out.ReadRange(ctx, tail, offs.LastStable, func(b *fetch.Batch) error {
 		for i := range b.Records {
-			newest = max(newest, b.Records[i].Timestamp.UnixMilli())
+			newest = max(newest, pc.ClockTime(b.Records[i].Timestamp.UnixMilli(), wall))
 		}
 		appendTime = appendTime || b.AppendTime
 		return nil
@@ -366,8 +373,7 @@ func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, er
 		// records' time the window runs on.
 		return offs.Earliest, err
 	}
-	keep := pc.Window + pc.Window/time.Duration(pc.Generations) + pc.MaxFutureSkew
-	cutoff := newest - keep.Milliseconds()
+	cutoff := pc.RestoreFrom(newest)
 	if cutoff <= 0 {
 		return offs.Earliest, nil
 	}
@@ -417,7 +423,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	offsets := make([]sink.Offset, 0, len(pos))
 	for i, off := range pos {
 		if off >= 0 {
-			offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off})
+			offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off, Metadata: offsetMeta(r.lay.partitions)})
 		}
 	}
 	err := r.prod.SendOffsets(ctx, r.group, offsets)
@@ -437,6 +443,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		return fatalf("commit state at input offsets %v: %w", pos, err)
 	}
 	r.met.committed(pos, cycle, r.stage) // counts it, see Job.Stats
+	r.j.countTruncated(cycle)
 	r.snapshot()
 	return nil
 }
@@ -498,6 +505,7 @@ func (r *runner) settleDoubt(committed []int64) {
 	}
 	r.log.Info("the cycle whose commit was ambiguous had committed", "input_offset", d.pos)
 	r.met.settled(&d.cycle)
+	r.j.countTruncated(&d.cycle)
 }
 
 // abort ends the open transaction without effect and forgets the stage's
@@ -537,6 +545,7 @@ func (r *runner) decide(turn int, b *fetch.Batch, cycle *Stats) error {
 			r.dlq = append(r.dlq, r.arena.record(&b.Records[i], d.Reason, r.topicB[t], r.p))
 		}
 	}
+	cycle.DLQTruncated += r.arena.cut
 	return nil
 }
 

@@ -47,12 +47,17 @@ func TestHashKeyDistinct(t *testing.T) {
 	if len(seen) != 100002 {
 		t.Fatalf("%d distinct hashes, want 100002", len(seen))
 	}
-	// Equal keys in different buffers hash alike: the hash reads the bytes,
-	// not where they are.
-	a := []byte("order-7")
-	b := append(make([]byte, 0, 64), a...)
-	if HashKey(a) != HashKey(b) {
-		t.Fatal("HashKey differs for equal keys in different buffers")
+	// The hash covers exactly the key's bytes, wherever they are: a key
+	// inside a larger buffer hashes like the key alone (nothing before or
+	// after it is read), and changing one of its bytes changes the hash.
+	want := HashKey([]byte("order-7"))
+	buf := []byte("xorder-7y")
+	if HashKey(buf[1:8]) != want {
+		t.Fatal("HashKey of a key inside a larger buffer differs from the key alone")
+	}
+	buf[4] = 'D'
+	if HashKey(buf[1:8]) == want {
+		t.Fatal("HashKey did not change when a byte of the key changed")
 	}
 }
 

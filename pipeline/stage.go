@@ -253,10 +253,7 @@ func (s *Stage) advance(in []Record) {
 // recordTime is r's time on the stage clock: its timestamp, or the wall
 // clock for a timestamp more than MaxFutureSkew ahead of it.
 func (s *Stage) recordTime(r *Record, wall int64) int64 {
-	if r.TimestampMs > wall+s.cfg.MaxFutureSkew.Milliseconds() {
-		return wall
-	}
-	return r.TimestampMs
+	return s.cfg.ClockTime(r.TimestampMs, wall)
 }
 
 // tick moves the stage clock forward to now (never back) and rotates the

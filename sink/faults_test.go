@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
@@ -85,7 +86,10 @@ func faultCases() []faultCase {
 				case <-time.After(5 * time.Second):
 					t.Error("late produce never handled")
 				}
-				time.Sleep(50 * time.Millisecond) // the handler runs after the control returns
+				// The handler appends the late copy right after the control
+				// returns, and kfake handles requests one at a time: once a
+				// later request is answered, the copy is in the log.
+				syncCluster(t, c)
 				return int(n.Load())
 			}, nil
 		},
@@ -284,4 +288,20 @@ func oneCycle(ctx context.Context, p *Producer, out, in string, recs []Record, i
 		return err
 	}
 	return p.Commit(ctx)
+}
+
+// syncCluster returns once c answered a request sent now: every request
+// it was handling before is done.
+func syncCluster(t *testing.T, c *kfake.Cluster) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := kmsg.NewPtrMetadataRequest().RequestWith(ctx, cl); err != nil {
+		t.Fatalf("sync with the cluster: %v", err)
+	}
 }

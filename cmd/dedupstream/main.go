@@ -38,6 +38,7 @@ Commands:
   demo     run the job on an embedded broker with a synthetic workload and check it
   verify   audit a topic (read_committed) for repeated business keys; exit 1 if any
   inspect  show a state directory's keys, Bloom front and checkpoints; look a key up
+  migrate  rebuild the state for a new partition count after the topics were grown
   version  print the version
 
 Run "dedupstream <command> --help" for the flags of a command.
@@ -59,6 +60,7 @@ var commands = map[string]command{
 	"demo":    cmdDemo,
 	"verify":  cmdVerify,
 	"inspect": cmdInspect,
+	"migrate": cmdMigrate,
 	"version": cmdVersion,
 }
 

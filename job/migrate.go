@@ -1,0 +1,217 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/dedupstream/dedupstream/config"
+	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/partition"
+	"github.com/dedupstream/dedupstream/pipeline"
+	"github.com/dedupstream/dedupstream/sink"
+	"github.com/segmentio/kafka-go"
+)
+
+// MigrateStats is what Migrate did.
+type MigrateStats struct {
+	// From is the partition count the committed offsets recorded (0:
+	// none), To the topics' count now.
+	From, To int
+	// Partitions are the partitions whose state was rebuilt.
+	Partitions []int
+	// Read counts output records read (the window of every output
+	// partition); Restored those inserted into a rebuilt store.
+	Read, Restored uint64
+}
+
+// Migrate rebuilds the state of the partitions this instance owns
+// (assignment.partitions in static mode, every partition in group mode)
+// for the topics' current partition count N, after the raw and output
+// topics were grown. Each owned partition's state directory is removed and
+// built again from the window of the whole output topic (every partition,
+// the same span a new store restores: pipeline.Config.RestoreFrom): every
+// output record whose key belongs to the partition under N (the configured
+// input partitioner on its Kafka key; murmur2 on the business key in
+// repartition mode) is inserted, so a key emitted before the change is
+// still remembered by the partition it moved to. Then N is recorded with
+// the group's committed offsets, and Run accepts the new count.
+//
+// Every instance of the job must be stopped while it runs; in static mode
+// run it on every instance (each rebuilds its own partitions), in group mode
+// on every instance whose state directory will be used. It is idempotent:
+// running it again rebuilds the same state.
+func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStats, error) {
+	var ms MigrateStats
+	j, err := New(cfg, opts)
+	if err != nil {
+		return ms, err
+	}
+	lay, err := j.checkTopics(ctx)
+	if err != nil {
+		return ms, err
+	}
+	n := lay.partitions
+	ms.To = n
+	if ms.From, err = j.recordedPartitions(ctx, n); err != nil && !errors.Is(err, ErrPartitionCount) {
+		return ms, err
+	}
+	owned := cfg.Assignment.Partitions
+	if cfg.Assignment.Mode == "group" {
+		owned = make([]int, n)
+		for p := range owned {
+			owned[p] = p
+		}
+	}
+	route, err := migrationRoute(j, n)
+	if err != nil {
+		return ms, err
+	}
+	runners := make(map[int]*runner, len(owned))
+	defer func() {
+		for _, r := range runners {
+			r.stage.Close()
+		}
+	}()
+	for _, p := range owned {
+		if err := os.RemoveAll(j.stateDir(p)); err != nil {
+			return ms, fmt.Errorf("job: migrate: remove state of partition %d: %w", p, err)
+		}
+		r := newRunner(j, p, lay, sink.Group{ID: cfg.Job.ID})
+		if err := r.open(); err != nil {
+			return ms, err
+		}
+		runners[p] = r
+		ms.Partitions = append(ms.Partitions, p)
+	}
+	// The output partitions' ends now: each rebuilt store resumes reading
+	// its own output partition from there.
+	ends := make([]int64, n)
+	for q := range n {
+		f, err := fetch.New(j.client, cfg.Output.Topic, q, fetch.Options{RequestTimeout: j.opts.RequestTimeout, RetryTimeout: j.opts.RetryTimeout, ClientID: cfg.Kafka.ClientID, Logger: j.log})
+		if err != nil {
+			return ms, err
+		}
+		rq := &runner{j: j, p: q, lay: lay, log: j.log.With("output_partition", q), out: f}
+		offs, err := f.ListOffsets(ctx)
+		if err != nil {
+			return ms, fmt.Errorf("job: migrate: output offsets of partition %d: %w", q, err)
+		}
+		ends[q] = offs.LastStable
+		from, err := rq.windowStart(ctx, offs)
+		if err != nil {
+			return ms, fmt.Errorf("job: migrate: output partition %d: %w", q, err)
+		}
+		if from >= offs.LastStable {
+			continue
+		}
+		groups := map[int][]pipeline.Record{}
+		err = f.ReadRange(ctx, from, offs.LastStable, func(b *fetch.Batch) error {
+			clear(groups)
+			for i := range b.Records {
+				fr := &b.Records[i]
+				rec := pipeline.Record{Record: partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, TimestampMs: fr.Timestamp.UnixMilli()}
+				ms.Read++
+				p := route(&rec)
+				if _, ok := runners[p]; ok {
+					groups[p] = append(groups[p], rec)
+				}
+			}
+			for p, recs := range groups {
+				if err := runners[p].stage.Restore(recs, nil); err != nil {
+					return err
+				}
+				ms.Restored += uint64(len(recs))
+			}
+			return nil
+		})
+		if err != nil {
+			return ms, fmt.Errorf("job: migrate: read output partition %d: %w", q, err)
+		}
+	}
+	for _, p := range owned {
+		r := runners[p]
+		committed, err := j.committedOffsets(ctx, cfg.Job.ID, j.topics, p)
+		if err != nil {
+			return ms, fmt.Errorf("job: migrate: committed offsets of partition %d: %w", p, err)
+		}
+		if err := r.stage.Restore(nil, r.checkpoint(committed, ends[p])); err != nil {
+			return ms, fmt.Errorf("job: migrate: commit state of partition %d: %w", p, err)
+		}
+	}
+	if err := j.recordPartitions(ctx, n); err != nil {
+		return ms, err
+	}
+	return ms, nil
+}
+
+// migrationRoute returns the function that gives an output record's
+// partition under n partitions, as new input will arrive: the route step's
+// murmur2 of the business key in repartition mode, else the configured
+// input partitioner of the record's Kafka key (murmur2 by default).
+func migrationRoute(j *Job, n int) (func(*pipeline.Record) int, error) {
+	if j.cfg.Input.Partitioning == "repartition" {
+		keyer, err := pipeline.NewKeyer(j.pc)
+		if err != nil {
+			return nil, err
+		}
+		return func(r *pipeline.Record) int {
+			key, _, _ := keyer.Key(r)
+			return partition.Murmur2Partition(key, n)
+		}, nil
+	}
+	fn, err := partition.PartitionerByName(j.cfg.Input.Partitioner)
+	if err != nil || fn == nil {
+		fn = partition.Murmur2Partition
+	}
+	return func(r *pipeline.Record) int { return fn(r.Key, n) }, nil
+}
+
+// recordPartitions commits the group's committed offsets again with n in
+// their metadata (the offsets unchanged). The group must be empty: every
+// instance stopped.
+func (j *Job) recordPartitions(ctx context.Context, n int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	req := &kafka.OffsetFetchRequest{GroupID: j.cfg.Job.ID, Topics: map[string][]int{}}
+	for _, t := range j.topics {
+		for p := range n {
+			req.Topics[t] = append(req.Topics[t], p)
+		}
+	}
+	res, err := j.client.OffsetFetch(ctx, req)
+	if err != nil {
+		return fmt.Errorf("job: migrate: read committed offsets: %w", err)
+	}
+	if errors.Is(res.Error, kafka.GroupIdNotFound) {
+		return nil
+	}
+	if res.Error != nil {
+		return fmt.Errorf("job: migrate: read committed offsets: %w", res.Error)
+	}
+	commit := &kafka.OffsetCommitRequest{GroupID: j.cfg.Job.ID, GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{}}
+	for t, ps := range res.Topics {
+		for _, op := range ps {
+			if op.Error == nil && op.CommittedOffset >= 0 {
+				commit.Topics[t] = append(commit.Topics[t], kafka.OffsetCommit{Partition: op.Partition, Offset: op.CommittedOffset, Metadata: offsetMeta(n)})
+			}
+		}
+	}
+	if len(commit.Topics) == 0 {
+		return nil
+	}
+	cres, err := j.client.OffsetCommit(ctx, commit)
+	if err != nil {
+		return fmt.Errorf("job: migrate: record %d partitions with the committed offsets: %w", n, err)
+	}
+	for t, ps := range cres.Topics {
+		for _, p := range ps {
+			if p.Error != nil {
+				return fmt.Errorf("job: migrate: record %d partitions with the committed offset of %s/%d: %w (is an instance still running? stop every instance first)", n, t, p.Partition, p.Error)
+			}
+		}
+	}
+	return nil
+}

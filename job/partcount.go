@@ -1,0 +1,113 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+)
+
+// The partition count N of a job is fixed per job id (docs/scaling.md):
+// a key's partition, and so the store that remembers it, depends on N. Every
+// input offset a stage commits carries N in its metadata; Run refuses to
+// start when the committed offsets name another N than the topics have now,
+// and Migrate is the way to change it.
+
+// offsetMetaPrefix starts the metadata committed with every input offset.
+const offsetMetaPrefix = "dedupstream partitions="
+
+// offsetMeta is the metadata committed with the input offsets of a job
+// whose stages' topics have n partitions.
+func offsetMeta(n int) string { return offsetMetaPrefix + strconv.Itoa(n) }
+
+// parseOffsetMeta returns the partition count recorded in an offset's
+// metadata, or 0 when it records none (committed by an older build or by
+// another tool).
+func parseOffsetMeta(s string) int {
+	rest, ok := strings.CutPrefix(s, offsetMetaPrefix)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.Atoi(rest)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return n
+}
+
+// ErrPartitionCount reports that the topics' partition count differs from
+// the one the job's committed offsets were recorded with. It wraps
+// ErrTopics: the CLI exits 2.
+var ErrPartitionCount = fmt.Errorf("%w: the partition count changed", ErrTopics)
+
+// recordedPartitions returns the partition count recorded with the group's
+// committed offsets of the stages' input topics, reading partitions
+// [0, n); 0 when none is recorded. Offsets recording different counts are
+// an error (a migration interrupted half-way).
+func (j *Job) recordedPartitions(ctx context.Context, n int) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req := &kafka.OffsetFetchRequest{GroupID: j.cfg.Job.ID, Topics: map[string][]int{}}
+	for _, t := range j.topics {
+		for p := range n {
+			req.Topics[t] = append(req.Topics[t], p)
+		}
+	}
+	res, err := j.client.OffsetFetch(ctx, req)
+	if err != nil {
+		return 0, fmt.Errorf("job: read committed offsets of group %q: %w", j.cfg.Job.ID, err)
+	}
+	if errors.Is(res.Error, kafka.GroupIdNotFound) {
+		return 0, nil
+	}
+	if res.Error != nil {
+		return 0, fmt.Errorf("job: read committed offsets of group %q: %w", j.cfg.Job.ID, res.Error)
+	}
+	recorded := 0
+	for t, ps := range res.Topics {
+		for _, op := range ps {
+			if op.Error != nil || op.CommittedOffset < 0 {
+				continue
+			}
+			m := parseOffsetMeta(op.Metadata)
+			if m == 0 {
+				continue
+			}
+			if recorded != 0 && m != recorded {
+				return 0, fmt.Errorf("%w: the committed offsets of group %q record both %d and %d partitions (%s/%d): a migration did not finish; run dedupstream migrate again",
+					ErrPartitionCount, j.cfg.Job.ID, recorded, m, t, op.Partition)
+			}
+			recorded = m
+		}
+	}
+	return recorded, nil
+}
+
+// checkPartitionCount refuses to run when the committed offsets record
+// another partition count than the topics have (n).
+func (j *Job) checkPartitionCount(ctx context.Context, n int) error {
+	recorded, err := j.recordedPartitions(ctx, n)
+	if err != nil || recorded == 0 || recorded == n {
+		return err
+	}
+	return fmt.Errorf("%w: input.topics: job %q committed its offsets with %d partitions, the topics %v now have %d: "+
+		"keys moved to other partitions and their state did not, so repeats would pass. Stop every instance and run "+
+		"`dedupstream migrate --config FILE` (it builds each partition's state from the output's window under %d partitions; see docs/scaling.md), "+
+		"give the topics %d partitions again, or start under a new job.id",
+		ErrPartitionCount, j.cfg.Job.ID, recorded, j.topics, n, n, recorded)
+}
+
+// checkStatePartitions refuses a store laid out for another partition count
+// than the topics have: its keys belong to other partitions now.
+func (r *runner) checkStatePartitions(ck Checkpoint) error {
+	if ck.Partitions == 0 || ck.Partitions == r.lay.partitions {
+		return nil
+	}
+	return fatalf("%w: state %s was built for %d partitions, the topics now have %d: run `dedupstream migrate --config FILE` "+
+		"with every instance stopped (it rebuilds the state under %d partitions; see docs/scaling.md), or remove the state directory and start under a new job.id",
+		ErrPartitionCount, r.j.stateDir(r.p), ck.Partitions, r.lay.partitions, r.lay.partitions)
+}

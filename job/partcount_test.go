@@ -1,0 +1,176 @@
+package job_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupstream/dedupstream/internal/kafkatest"
+	"github.com/dedupstream/dedupstream/job"
+	"github.com/dedupstream/dedupstream/job/jobtest"
+	"github.com/dedupstream/dedupstream/partition"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// growTopics adds partitions to topics up to n.
+func growTopics(t *testing.T, e *env, n int32, topics ...string) {
+	t.Helper()
+	req := kmsg.NewPtrCreatePartitionsRequest()
+	for _, topic := range topics {
+		rt := kmsg.NewCreatePartitionsRequestTopic()
+		rt.Topic, rt.Count = topic, n
+		req.Topics = append(req.Topics, rt)
+	}
+	req.TimeoutMillis = 30_000
+	res, err := req.RequestWith(e.ctx(30*time.Second), kafkatest.NewClient(t, e.brokers, e.clientOpts...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Topics {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			t.Fatalf("grow %s to %d partitions: %v", r.Topic, n, err)
+		}
+	}
+	// Wait until the metadata shows the new count.
+	cl := kafkatest.NewClient(t, e.brokers, e.clientOpts...)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		mreq := kmsg.NewPtrMetadataRequest()
+		for _, topic := range topics {
+			mt := kmsg.NewMetadataRequestTopic()
+			mt.Topic = kmsg.StringPtr(topic)
+			mreq.Topics = append(mreq.Topics, mt)
+		}
+		m, err := mreq.RequestWith(e.ctx(10*time.Second), cl)
+		ok := err == nil
+		for _, mt := range m.Topics {
+			ok = ok && len(mt.Partitions) == int(n)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("topics %v did not reach %d partitions", topics, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// growWorkload is keys produced under 4 partitions, then replays of a third
+// of them (new message ids) routed under 6, as producers do once the topic
+// has grown: about two thirds of the keys move partitions.
+func growWorkload(e *env, keys int) (w *jobtest.Workload, before, after []*kgo.Record) {
+	w = &jobtest.Workload{Spec: jobtest.Spec{Topic: e.raw, Partitions: 6}, First: map[string][]byte{}, Unordered: false}
+	for i := range keys {
+		id := fmt.Sprintf("g-%d", i)
+		v := fmt.Appendf(nil, `{"order_id":%q,"msg_id":"first"}`, id)
+		w.First[id] = v
+		before = append(before, &kgo.Record{Topic: e.raw, Key: []byte(id), Value: v, Partition: int32(partition.Murmur2Partition([]byte(id), 4))})
+		if i%3 == 0 {
+			after = append(after, &kgo.Record{Topic: e.raw, Key: []byte(id), Partition: int32(partition.Murmur2Partition([]byte(id), 6)),
+				Value: fmt.Appendf(nil, `{"order_id":%q,"msg_id":"replay"}`, id)})
+		}
+	}
+	w.Records = append(append([]*kgo.Record{}, before...), after...)
+	return w, before, after
+}
+
+// countRepeats reads the output read_committed with kgo and returns how
+// many records repeat a key already in it.
+func countRepeats(t *testing.T, e *env, partitions int) (repeats, total int) {
+	t.Helper()
+	out, err := jobtest.ReadCommitted(e.ctx(60*time.Second), e.brokers, e.out, partitions, e.clientOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range out {
+		if seen[string(r.Key)] {
+			repeats++
+		}
+		seen[string(r.Key)] = true
+	}
+	return repeats, len(out)
+}
+
+// TestPartitionCountChange: raw and output topics grown from 4 to 6
+// partitions under the same job id. Starting the job as before must be
+// refused (ErrPartitionCount, so exit 2) in both the group offsets' and the
+// store's view; after job.Migrate, replays of the old keys, now on other
+// partitions, must all be dropped (checked with kgo).
+func TestPartitionCountChange(t *testing.T) {
+	e := newEnv(t)
+	w, before, after := growWorkload(e, 5_000)
+	cfg := e.config("0, 1, 2, 3")
+	e.produce(before)
+	r1 := e.start(cfg)
+	e.waitCommitted(r1, 1, 60*time.Second)
+	e.stop(r1)
+
+	growTopics(t, e, 6, e.raw, e.out)
+	p6, err := jobtest.NewProducer(e.brokers, e.clientOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p6.Close()
+	if err := p6.Produce(e.ctx(30*time.Second), after); err != nil {
+		t.Fatal(err)
+	}
+	cfg6 := e.config("0, 1, 2, 3, 4, 5")
+	refused := func(what string) {
+		t.Helper()
+		r := e.start(cfg6)
+		err := r.wait(t, 60*time.Second)
+		if !errors.Is(err, job.ErrPartitionCount) || !errors.Is(err, job.ErrTopics) || !strings.Contains(err.Error(), "dedupstream migrate") {
+			t.Fatalf("%s: want ErrPartitionCount naming dedupstream migrate, got %v", what, err)
+		}
+		t.Logf("%s: refused with: %v", what, err)
+	}
+	refused("offsets record 4 partitions")
+
+	// The stores record N too: with the offsets' record gone (another
+	// group, as if the offsets expired), the state still refuses.
+	cfgOther := e.config("0, 1, 2, 3, 4, 5")
+	cfgOther.Job.ID += "-other"
+	cfgOther.State.Dir = cfg6.State.Dir
+	var ms job.MigrateStats
+	r := e.start(cfgOther)
+	if err := r.wait(t, 60*time.Second); !errors.Is(err, job.ErrPartitionCount) || !strings.Contains(err.Error(), cfg6.State.Dir) {
+		t.Fatalf("store built for 4 partitions: want ErrPartitionCount naming the state directory, got %v", err)
+	}
+
+	ms, err = job.Migrate(e.ctx(120*time.Second), cfg6, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("migrate: %+v", ms)
+	if ms.From != 4 || ms.To != 6 || len(ms.Partitions) != 6 || ms.Restored != uint64(len(before)) {
+		t.Errorf("migrate: %+v; want from 4 to 6, 6 partitions, %d keys restored", ms, len(before))
+	}
+	r2 := e.start(cfg6)
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		ok, c, err := p6.Caught(e.ctx(10*time.Second), e.jobID, e.raw, 6, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job did not commit the replays: committed %v of %v", c, p6.End[e.raw])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.stop(r2)
+	repeats, total := countRepeats(t, e, 6)
+	if repeats != 0 || total != len(before) {
+		t.Errorf("after the migration: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
+	}
+	if st := r2.job.Stats(); st.DroppedHistory != uint64(len(after)) {
+		t.Errorf("dropped %d replays, want all %d", st.DroppedHistory, len(after))
+	}
+	_ = w
+}
