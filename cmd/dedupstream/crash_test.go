@@ -156,7 +156,7 @@ func TestKillLoop(t *testing.T) {
 
 // TestOverlappingInstances runs two "dedupstream run" processes whose
 // static assignments share partition 1: the older one must be fenced and
-// exit 1 with a message saying so, and the output must stay clean.
+// exit 3 with a message saying so, and the output must stay clean.
 func TestOverlappingInstances(t *testing.T) {
 	e := newJobEnv(t, "overlap", 4, jobtest.Spec{Keys: 3_000, Replay: 500, Seed: 8}, 60*time.Second)
 	static := func(parts string) string { return "{partitions: [" + parts + "]}" }
@@ -173,8 +173,17 @@ func TestOverlappingInstances(t *testing.T) {
 	select {
 	case err := <-older.done:
 		older.done <- err
-		if code := older.cmd.ProcessState.ExitCode(); code != exitFailure || !strings.Contains(older.out.String(), "partition 1: fenced") {
-			t.Fatalf("older instance: exit %d, want %d with a fenced message:\n%s", code, exitFailure, older.out.String())
+		out := older.out.String()
+		if code := older.cmd.ProcessState.ExitCode(); code != exitFenced || !strings.Contains(out, "partition 1: fenced: another instance took over") {
+			t.Fatalf("older instance: exit %d, want %d with a message naming another instance:\n%s", code, exitFenced, out)
+		}
+		// No signal came: the log must not claim one, and its last
+		// record says why the process stopped.
+		if strings.Contains(out, "signal received") {
+			t.Errorf("older instance logged a signal it never received:\n%s", out)
+		}
+		if last := lastLogRecord(out); !strings.Contains(last, "stopped: fenced") || !strings.Contains(last, "exit_code=3") {
+			t.Errorf("older instance's last log record does not say it stopped fenced with exit code 3: %q", last)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("older instance was not fenced within 30s:\n%s\nnewer:\n%s", older.out.String(), newer.out.String())
@@ -188,6 +197,18 @@ func TestOverlappingInstances(t *testing.T) {
 	checkEndpoints(t, rest)
 	e.term("last", rest)
 	e.verify()
+}
+
+// lastLogRecord returns the last slog record ("time=... level=...") of a
+// child's output; the error line printed after it is left out.
+func lastLogRecord(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "time=") {
+			return lines[i]
+		}
+	}
+	return ""
 }
 
 // checkEndpoints finds the child's metrics address in its log and checks
