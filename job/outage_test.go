@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"slices"
 	"strings"
@@ -18,124 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
-
-// cutNet is a network between the job and the brokers that can be cut: while
-// cut, no byte moves in either direction and no connection opens, as when
-// a link goes down and packets are dropped without a reset. Reads and writes
-// wait until the link heals or their deadline passes (then they fail with a
-// timeout, as TCP would for the job); bytes a broker had already sent are
-// held back, not delivered, until the heal.
-type cutNet struct {
-	mu     sync.Mutex
-	healed chan struct{} // closed while the link is up
-}
-
-func newCutNet() *cutNet {
-	n := &cutNet{healed: make(chan struct{})}
-	close(n.healed)
-	return n
-}
-
-func (n *cutNet) cut() {
-	n.mu.Lock()
-	n.healed = make(chan struct{})
-	n.mu.Unlock()
-}
-
-func (n *cutNet) heal() {
-	n.mu.Lock()
-	close(n.healed)
-	n.mu.Unlock()
-}
-
-// wait returns nil once the link is up, or an error when deadline passes or
-// ctx ends first.
-func (n *cutNet) wait(ctx context.Context, deadline time.Time) error {
-	n.mu.Lock()
-	healed := n.healed
-	n.mu.Unlock()
-	var timeout <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		timeout = t.C
-	}
-	select {
-	case <-healed:
-		return nil
-	case <-timeout:
-		return os.ErrDeadlineExceeded
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (n *cutNet) dial(ctx context.Context, network, addr string) (net.Conn, error) {
-	if err := n.wait(ctx, time.Time{}); err != nil {
-		return nil, &net.OpError{Op: "dial", Net: network, Err: err}
-	}
-	c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return &cutConn{Conn: c, n: n}, nil
-}
-
-type cutConn struct {
-	net.Conn
-	n      *cutNet
-	mu     sync.Mutex
-	rd, wd time.Time
-}
-
-func (c *cutConn) deadlines() (time.Time, time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.rd, c.wd
-}
-
-func (c *cutConn) Read(b []byte) (int, error) {
-	rd, _ := c.deadlines()
-	if err := c.n.wait(context.Background(), rd); err != nil {
-		return 0, &net.OpError{Op: "read", Net: "tcp", Err: err}
-	}
-	k, err := c.Conn.Read(b)
-	// Bytes that arrived while the link went down are held back.
-	if werr := c.n.wait(context.Background(), rd); werr != nil {
-		c.Conn.Close() // they can never be delivered in order now
-		return 0, &net.OpError{Op: "read", Net: "tcp", Err: werr}
-	}
-	return k, err
-}
-
-func (c *cutConn) Write(b []byte) (int, error) {
-	_, wd := c.deadlines()
-	if err := c.n.wait(context.Background(), wd); err != nil {
-		return 0, &net.OpError{Op: "write", Net: "tcp", Err: err}
-	}
-	return c.Conn.Write(b)
-}
-
-func (c *cutConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.rd, c.wd = t, t
-	c.mu.Unlock()
-	return c.Conn.SetDeadline(t)
-}
-
-func (c *cutConn) SetReadDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.rd = t
-	c.mu.Unlock()
-	return c.Conn.SetReadDeadline(t)
-}
-
-func (c *cutConn) SetWriteDeadline(t time.Time) error {
-	c.mu.Lock()
-	c.wd = t
-	c.mu.Unlock()
-	return c.Conn.SetWriteDeadline(t)
-}
 
 // logBuffer collects the job's log lines for the test to search.
 type logBuffer struct {
@@ -209,11 +90,11 @@ func TestBrokerCut(t *testing.T) {
 		cutFor = txnTimeout + 14*time.Second
 	}
 
-	link := newCutNet()
+	link := kafkatest.NewLink()
 	logs := &logBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	r := e.start(cfg, func(o *job.Options) {
-		tr := &kafka.Transport{ClientID: "job-cut-test", DialTimeout: 2 * time.Second, Dial: link.dial}
+		tr := &kafka.Transport{ClientID: "job-cut-test", DialTimeout: 2 * time.Second, Dial: link.Dial}
 		t.Cleanup(tr.CloseIdleConnections)
 		o.Transport, o.Logger = tr, log
 		o.RequestTimeout, o.RetryTimeout = 2*time.Second, 5*time.Second
@@ -244,7 +125,7 @@ func TestBrokerCut(t *testing.T) {
 		t.Fatalf("before the cut: %s", why)
 	}
 
-	link.cut()
+	link.Cut()
 	cutAt := time.Now()
 	var warned, unready, gauged time.Duration
 	for time.Since(cutAt) < cutFor {
@@ -275,7 +156,7 @@ func TestBrokerCut(t *testing.T) {
 		}
 	}
 	_, why := r.job.Readiness()
-	link.heal()
+	link.Heal()
 	healAt := time.Now()
 	t.Logf("cut for %v: every partition warned after %v, /readyz 503 after %v, gauges after %v; /readyz said %q",
 		cutFor, warned, unready, gauged, why)

@@ -199,6 +199,26 @@ func TestOverlappingInstances(t *testing.T) {
 	e.verify()
 }
 
+// endpoints finds the child's metrics address in its log and returns a GET
+// of a path there: status code and body.
+func (c *child) endpoints(t *testing.T) func(path string) (int, string) {
+	t.Helper()
+	c.waitOutput(t, "msg=\"serving metrics\" addr=", 5*time.Second)
+	out := c.out.String()
+	addr := out[strings.Index(out, "msg=\"serving metrics\" addr=")+len("msg=\"serving metrics\" addr="):]
+	addr = strings.Fields(addr)[0]
+	return func(path string) (int, string) {
+		t.Helper()
+		res, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+}
+
 // lastLogRecord returns the last slog record ("time=... level=...") of a
 // child's output; the error line printed after it is left out.
 func lastLogRecord(out string) string {
@@ -215,19 +235,7 @@ func lastLogRecord(out string) string {
 // /livez, /readyz and /metrics.
 func checkEndpoints(t *testing.T, c *child) {
 	t.Helper()
-	c.waitOutput(t, "msg=\"serving metrics\" addr=", 5*time.Second)
-	out := c.out.String()
-	addr := out[strings.Index(out, "msg=\"serving metrics\" addr=")+len("msg=\"serving metrics\" addr="):]
-	addr = strings.Fields(addr)[0]
-	get := func(path string) (int, string) {
-		res, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		return res.StatusCode, string(b)
-	}
+	get := c.endpoints(t)
 	if code, _ := get("/livez"); code != http.StatusOK {
 		t.Errorf("/livez: %d", code)
 	}
