@@ -97,7 +97,9 @@ func TestBrokerCut(t *testing.T) {
 		tr := &kafka.Transport{ClientID: "job-cut-test", DialTimeout: 2 * time.Second, Dial: link.Dial}
 		t.Cleanup(tr.CloseIdleConnections)
 		o.Transport, o.Logger = tr, log
-		o.RequestTimeout, o.RetryTimeout = 2*time.Second, 5*time.Second
+		// Fetches retry through the cut (the default retries for 2 min), so
+		// the open cycle goes on after the heal with its old epoch.
+		o.RequestTimeout, o.RetryTimeout = 2*time.Second, cutFor+30*time.Second
 	})
 	defer func() {
 		if t.Failed() || os.Getenv("CUT_LOG") != "" {

@@ -96,12 +96,14 @@ func TestFenceCause(t *testing.T) {
 	}
 
 	t.Run("taken over", func(t *testing.T) {
+		// The default timeout (30s): taking the id over from an open
+		// transaction takes seconds on a real cluster.
 		id := kafkatest.TopicName("fence-taken")
-		a := e.producer(id, short)
+		a := e.producer(id)
 		open(t, a, "a-")
-		e.producer(id, short) // a second instance
+		e.producer(id) // a second instance
 		fe := fenced(t, a)
-		if fe.Cause != FenceTakenOver || fe.OpenFor <= 0 || fe.OpenFor >= timeout || fe.Txn != nil {
+		if fe.Cause != FenceTakenOver || fe.OpenFor <= 0 || fe.OpenFor >= fe.Timeout || fe.Txn != nil {
 			t.Fatalf("cause %v, open %v, described %v: want taken over, decided without asking", fe.Cause, fe.OpenFor, fe.Txn)
 		}
 	})
