@@ -32,6 +32,9 @@ type links struct {
 
 	mu    sync.Mutex
 	parts map[int]*link
+	// lastCheck is the time of the last check; quietUntil ends the grace
+	// after the process itself stood still (see check).
+	lastCheck, quietUntil time.Time
 }
 
 // link is the state of one stage's connection to the brokers.
@@ -134,11 +137,30 @@ func (l *links) end(lk *link, err error) {
 }
 
 // check reports the links that became unreachable since the last check.
+//
+// A process that stood still (SIGSTOP, a paused VM) finds every request
+// late when it runs again, although the brokers may have answered long
+// ago. When the checks themselves were held up by more than
+// UnreachableAfter, that is said instead, and no link is reported for one
+// more UnreachableAfter: enough for answers already received to be read.
 func (l *links) check() {
 	now := l.now()
 	var newly []*link
 	var silent []time.Duration
 	l.mu.Lock()
+	last := l.lastCheck
+	l.lastCheck = now
+	if !last.IsZero() && now.Sub(last) > l.after {
+		l.quietUntil = now.Add(l.after)
+		l.mu.Unlock()
+		l.log.Warn("the process did not run for a while (stopped, or its machine paused): broker answers are read now, outages are judged again after unreachable_after",
+			"stood_still", now.Sub(last).Round(time.Millisecond), "unreachable_after", l.after)
+		return
+	}
+	if now.Before(l.quietUntil) {
+		l.mu.Unlock()
+		return
+	}
 	for _, lk := range l.parts {
 		if lk.down || now.Sub(lk.lastOK) < l.after {
 			continue
@@ -163,6 +185,9 @@ func (l *links) check() {
 func (l *links) watch(ctx context.Context) {
 	t := time.NewTicker(min(max(l.after/5, 10*time.Millisecond), time.Second))
 	defer t.Stop()
+	l.mu.Lock()
+	l.lastCheck = l.now()
+	l.mu.Unlock()
 	for {
 		select {
 		case <-ctx.Done():
