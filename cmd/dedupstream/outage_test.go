@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
-	"github.com/dedupstream/dedupstream/job"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 )
 
@@ -143,7 +143,7 @@ func TestStaticFrozenPastTimeout(t *testing.T) {
 		frozenFor = txnTimeout + 13*time.Second // the coordinator looks every 10 s
 	}
 	fed := e.feed(60, 80*time.Millisecond)
-	c := startChild(t, path, job.FailpointProduced+":10:stop")
+	c := startChild(t, path, testhook.Produced+":10:stop")
 	c.waitOutput(t, "failpoint produced: stopping myself", 30*time.Second)
 	waitStopped(t, c)
 	time.Sleep(frozenFor)
