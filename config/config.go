@@ -50,6 +50,26 @@ type Kafka struct {
 	// TransactionTimeout is the broker-side timeout of an open
 	// transaction. The default value is 60s.
 	TransactionTimeout time.Duration `yaml:"transaction_timeout"`
+	// RequestTimeout bounds one request to a broker (a fetch on top of its
+	// long-poll wait); a request without an answer by then is abandoned
+	// and retried, and a produce or EndTxn of unknown outcome makes the
+	// cycle abort and recover. The default value is 10s.
+	RequestTimeout time.Duration `yaml:"request_timeout"`
+	// UnreachableAfter is how long a partition may wait for any broker
+	// answer, with a request outstanding or failing, before it is reported
+	// unreachable (a warning, /readyz 503, the response age gauge). The
+	// default value is 5s.
+	UnreachableAfter time.Duration `yaml:"unreachable_after"`
+	// OnFenced is what a static-mode stage does when its producer epoch
+	// was bumped and the cause could not be decided (see
+	// docs/outages.md): "recover" takes the transactional id back after
+	// OnFencedBackoff and recovers from the output; "exit" stops the job.
+	// A fence by another instance always stops, a timeout abort by the
+	// coordinator always recovers. The default value is "recover".
+	OnFenced string `yaml:"on_fenced"`
+	// OnFencedBackoff is the wait before a stage takes its transactional
+	// id back after a fence it recovers from. The default value is 5s.
+	OnFencedBackoff time.Duration `yaml:"on_fenced_backoff"`
 	// TLS encrypts every connection the job opens to the brokers. The
 	// default value is off.
 	TLS TLS `yaml:"tls"`
@@ -201,6 +221,16 @@ func (c *Config) ApplyDefaults() {
 	def(&c.Kafka.ClientID, "dedupstream")
 	if c.Kafka.TransactionTimeout == 0 {
 		c.Kafka.TransactionTimeout = time.Minute
+	}
+	if c.Kafka.RequestTimeout == 0 {
+		c.Kafka.RequestTimeout = 10 * time.Second
+	}
+	if c.Kafka.UnreachableAfter == 0 {
+		c.Kafka.UnreachableAfter = 5 * time.Second
+	}
+	def(&c.Kafka.OnFenced, "recover")
+	if c.Kafka.OnFencedBackoff == 0 {
+		c.Kafka.OnFencedBackoff = 5 * time.Second
 	}
 	def(&c.Input.Partitioning, "input")
 	def(&c.Input.Partitioner, "murmur2")
@@ -366,6 +396,7 @@ func (c *Config) validate(v *validator) {
 		v.addf("kafka.brokers", "required: at least one host:port")
 	}
 	c.Kafka.validateSecurity(v)
+	c.Kafka.validateOutage(v)
 	if len(c.Input.Topics) == 0 {
 		v.addf("input.topics", "required: at least one raw topic")
 	}
@@ -448,4 +479,19 @@ func (v *validator) partitionsFile(path string, lookup func(string) (string, boo
 		seen[p] = true
 	}
 	return pf.Partitions
+}
+
+// validateOutage checks the fields that say how broker outages and fences
+// are handled.
+func (k *Kafka) validateOutage(v *validator) {
+	if k.RequestTimeout < 100*time.Millisecond {
+		v.addf("kafka.request_timeout", "must be >= 100ms, got %v", k.RequestTimeout)
+	}
+	if k.UnreachableAfter < 100*time.Millisecond {
+		v.addf("kafka.unreachable_after", "must be >= 100ms, got %v", k.UnreachableAfter)
+	}
+	v.oneOf("kafka.on_fenced", k.OnFenced, "recover", "exit")
+	if k.OnFencedBackoff < 0 {
+		v.addf("kafka.on_fenced_backoff", "must be >= 0, got %v", k.OnFencedBackoff)
+	}
 }

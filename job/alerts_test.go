@@ -96,7 +96,8 @@ func TestAlertAndDashboardMetrics(t *testing.T) {
 
 	alerts, panels := expressions(t)
 	for _, name := range []string{"DedupstreamDuplicateRatioHigh", "DedupstreamInterceptedDuplicatesUp",
-		"DedupstreamProcessingLatencyHigh", "DedupstreamConsumerLagGrowing", "DedupstreamDLQRecords"} {
+		"DedupstreamProcessingLatencyHigh", "DedupstreamConsumerLagGrowing", "DedupstreamDLQRecords",
+		"DedupstreamBrokersUnreachable", "DedupstreamTransactionsTimedOut"} {
 		if len(alerts[name]) == 0 {
 			t.Errorf("%s lacks alert %s", alertsFile, name)
 		}

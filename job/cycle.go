@@ -55,6 +55,9 @@ type driver struct {
 	// Optional hooks of the supervisor.
 	ready  func(bool)                // the task is (not) running cycles
 	onStop func(ctx context.Context) // ctx ended: last words before returning nil
+	// onFenced decides about a fencing (fenced.go): nil to recover in
+	// place, or the error to stop with. Unset: stop with fencedHint.
+	onFenced func(ctx context.Context, err error) error
 }
 
 // newDriver is a driver with the job's commit limits, backoff and
@@ -93,6 +96,14 @@ func (d *driver) run(ctx context.Context, t task) error {
 		}
 		k := classify(err)
 		switch {
+		case k == fenced && d.onFenced != nil:
+			if err := d.onFenced(ctx, err); err != nil {
+				return err
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			continue // take the id back and recover
 		case k == fenced:
 			return fmt.Errorf("%s: fenced: %s: %w", d.name, d.fencedHint, err)
 		case ctx.Err() != nil && (k == transient || errors.Is(err, context.Canceled)):

@@ -136,10 +136,23 @@
 //     backoff recovery runs again. Backoff starts at Options.Backoff (1s),
 //     doubles up to Options.MaxBackoff (32s) with jitter, and is reset by
 //     the next committed cycle. Nothing is skipped.
-//   - Fenced: another producer initialised the partition's transactional id,
-//     so another instance owns the partition. In static mode the job stops
-//     with an error saying so; it does not fight back. In group mode the
-//     member rejoins the group (see Assignment).
+//   - Fenced: the partition's producer epoch was bumped. sink.FencedError
+//     says by whom: another producer initialised the transactional id
+//     (another instance owns the partition: in static mode the job stops
+//     with an error saying so and does not fight back; in group mode the
+//     member rejoins the group, see Assignment), or the transaction
+//     coordinator aborted a transaction left open past
+//     kafka.transaction_timeout (a broker outage, a stalled process): the
+//     stage takes its id back with InitProducerID after
+//     kafka.on_fenced_backoff and recovers from the output, as after any
+//     restart. An undecided cause follows kafka.on_fenced (fenced.go,
+//     docs/outages.md).
+//   - Unreachable brokers: each stage's requests go through a watched
+//     RoundTripper (links.go). A stage with a request waiting or failing and
+//     no broker answer for kafka.unreachable_after logs one warning, makes
+//     /readyz 503 (Job.Readiness) and sets dedupstream_broker_unreachable;
+//     when the brokers answer again it logs the outage's length. Requests
+//     are bounded by kafka.request_timeout and retried as above.
 //   - Fatal (state store failure, an input offset out of range, a broker
 //     answer that retrying cannot fix): the job stops with the error.
 //   - Shutdown: when Run's context ends, each stage stops fetching, commits

@@ -75,8 +75,9 @@ type Options struct {
 	// commit.shutdown_timeout (30s).
 	ShutdownTimeout time.Duration
 	// RequestTimeout bounds one request attempt of the producer and the
-	// fetchers; RetryTimeout bounds the retries of one call. Zero selects
-	// the defaults of packages sink and fetch.
+	// fetchers; the default value is the config's kafka.request_timeout.
+	// RetryTimeout bounds the retries of one call; zero selects the
+	// defaults of packages sink and fetch.
 	RequestTimeout time.Duration
 	RetryTimeout   time.Duration
 
@@ -143,6 +144,9 @@ func (o *Options) applyDefaults(cfg *config.Config) error {
 	if o.ShutdownTimeout <= 0 {
 		o.ShutdownTimeout = DefaultShutdownTimeout
 	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = cfg.Kafka.RequestTimeout
+	}
 	return nil
 }
 
@@ -197,6 +201,7 @@ type Job struct {
 	stats Stats
 	parts map[int]*partMetrics // see metrics.go
 	mem   *memory              // see memory.go; set while Run runs
+	links *links               // see links.go
 }
 
 // New checks that cfg is something this build can run and returns a Job.
@@ -221,6 +226,7 @@ func New(cfg *config.Config, opts Options) (*Job, error) {
 		client: &kafka.Client{Addr: kafka.TCP(cfg.Kafka.Brokers...), Transport: opts.Transport},
 		raw:    slices.Clone(cfg.Input.Topics),
 		topics: slices.Clone(cfg.Input.Topics),
+		links:  newLinks(cfg.Kafka.UnreachableAfter, opts.Logger),
 	}
 	if cfg.Input.Partitioning == "repartition" {
 		j.topics = []string{RepartitionTopic(cfg)}
@@ -304,6 +310,9 @@ func (j *Job) stateDir(p int) string {
 // and is returned. In group mode the owned partitions are those of the
 // consumer group's current generation; see runGroup.
 func (j *Job) Run(ctx context.Context) error {
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	go j.links.watch(wctx)
 	layout, err := j.checkTopics(ctx)
 	if err == nil {
 		err = j.checkPartitionCount(ctx, layout.partitions)

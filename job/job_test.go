@@ -332,9 +332,10 @@ func TestFenced(t *testing.T) {
 	}
 	e.produce(w.Records[half:])
 	err := old.wait(t, 30*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "partition 1: fenced") {
-		t.Fatalf("older instance: want a fenced error for partition 1, got %v", err)
+	if err == nil || !strings.Contains(err.Error(), "partition 1: fenced: another instance took over") {
+		t.Fatalf("older instance: want a fenced error for partition 1 naming another instance, got %v", err)
 	}
+	checkCollector(t, old.job, map[string]float64{`dedupstream_producer_fenced_total{cause="taken_over"}`: 1})
 	t.Logf("older instance exited with: %v", err)
 	e.waitCommitted(young, 1, 30*time.Second, 1, 2, 3)
 	e.stop(young)

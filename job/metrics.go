@@ -80,10 +80,12 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range memoryDescs {
 		ch <- d
 	}
+	(*Job)(c).links.describe(ch)
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	j := (*Job)(c)
+	j.links.collect(ch)
 	s := j.Stats()
 	ch <- prometheus.MustNewConstMetric(descRecovery, prometheus.CounterValue, float64(s.Recoveries))
 	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, float64(s.Ready))

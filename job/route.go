@@ -111,8 +111,12 @@ func (j *Job) routeGroup() string { return j.cfg.Job.ID + "-route" }
 // run drives the route step's recovery and cycles until ctx ends or a
 // failure is not transient.
 func (rt *router) run(ctx context.Context) error {
-	d := rt.j.newDriver(fmt.Sprintf("route %s/%d", rt.src.topic, rt.src.partition),
-		"another instance routes this raw partition", rt.log)
+	name := fmt.Sprintf("route %s/%d", rt.src.topic, rt.src.partition)
+	d := rt.j.newDriver(name, "another instance routes this raw partition", rt.log)
+	d.onFenced = func(ctx context.Context, err error) error { // see fenced.go
+		return rt.j.onFenced(ctx, fenceSite{what: name, p: -1, prod: rt.prod, owned: &rt.owned,
+			group: rt.j.cfg.Assignment.Mode == "group", log: rt.log}, err)
+	}
 	return d.run(ctx, rt)
 }
 

@@ -159,6 +159,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 	}
 	if r.group.MemberID != "" {
 		defer r.met.stopped() // the partition may move to another member
+		defer r.j.links.forget(r.p)
 	}
 	defer func() {
 		if cerr := r.stage.Close(); cerr != nil && err == nil {
@@ -172,6 +173,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 	d := r.j.newDriver(fmt.Sprintf("partition %d", r.p), hint, r.log)
 	d.ready = r.setReady
 	d.onStop = r.settleOnExit
+	d.onFenced = r.onFenced // see fenced.go
 	return d.run(ctx, r)
 }
 
@@ -196,9 +198,10 @@ func (r *runner) open() error {
 
 func (r *runner) connect() error {
 	j, cfg := r.j, r.j.cfg
+	client := j.links.client(r.p, j.client) // watched: see links.go
 	var err error
 	r.prod, err = sink.NewProducer(sink.Config{
-		Client:             j.client,
+		Client:             client,
 		TransactionalID:    fmt.Sprintf("%s-%d", cfg.Job.ID, r.p),
 		TransactionTimeout: cfg.Kafka.TransactionTimeout,
 		RequestTimeout:     j.opts.RequestTimeout,
@@ -222,7 +225,7 @@ func (r *runner) connect() error {
 		Logger:          r.log,
 	}
 	for _, t := range j.topics {
-		f, err := fetch.New(j.client, t, r.p, fo)
+		f, err := fetch.New(client, t, r.p, fo)
 		if err != nil {
 			return err
 		}
@@ -230,7 +233,7 @@ func (r *runner) connect() error {
 		r.topicB = append(r.topicB, []byte(t))
 	}
 	r.pos = make([]int64, len(j.topics))
-	r.out, err = fetch.New(j.client, cfg.Output.Topic, r.p, fo)
+	r.out, err = fetch.New(client, cfg.Output.Topic, r.p, fo)
 	return err
 }
 

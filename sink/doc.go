@@ -56,7 +56,13 @@
 //     again.
 //   - fenced: errors.Is(err, ErrFenced). A newer producer owns the
 //     transactional id, or the consumer group moved on to a new generation.
-//     The stage must stop writing.
+//     The stage must stop writing. A bumped producer epoch comes as a
+//     *FencedError whose Cause says who bumped it: another producer
+//     (FenceTakenOver), or the coordinator aborting a transaction that
+//     outlived the transaction timeout (FenceTimedOut: nobody else holds
+//     the id, so Init may take it back), told apart by how long our
+//     transaction had been open and, past the timeout, by
+//     DescribeTransactions; FenceUndecided when neither tells.
 //   - ambiguous: *AmbiguousError. A produce whose retries ran out after a
 //     timeout or broken connection, any EndTxn whose answer was lost, or a
 //     broker that disagrees with our sequence or producer state. Whether the

@@ -192,6 +192,11 @@ type Producer struct {
 	// txnTouched: a request of this transaction reached (or may have
 	// reached) the coordinator, so ending it needs EndTxn.
 	txnTouched bool
+	// txnStart is when the first request of the transaction was sent; it
+	// is kept until the transaction is known to be over (EndTxn answered,
+	// or a new epoch), even across a failed Abort, so that a fence can be
+	// told apart from the coordinator's timeout abort (see FencedError).
+	txnStart time.Time
 
 	enc Encoder
 	buf []byte // size prefix + record batch of the last produce
@@ -305,12 +310,14 @@ func (p *Producer) initProducerID(ctx context.Context, pid int64, epoch int16) e
 			p.state = stateRecover // try the KIP-360 way again
 		}
 		if ClassOf(err) == ClassFenced {
+			err = p.explainFence(ctx, err)
 			p.state, p.fenced = stateFenced, err
 		}
 		return err
 	}
 	r := res.(*initproducerid.Response)
 	p.pid, p.epoch = r.ProducerID, r.ProducerEpoch
+	p.txnStart = time.Time{} // the new epoch ended whatever was open
 	clear(p.seqs)
 	p.state, p.fenced = stateReady, nil
 	p.log.Debug("sink: producer initialised", slog.Int64("producer_id", p.pid), slog.Int("epoch", int(p.epoch)))

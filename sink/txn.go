@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -85,14 +86,14 @@ func (p *Producer) Produce(ctx context.Context, topic string, partition int32, r
 	tp := topicPartition{topic, partition}
 	if _, ok := p.txnParts[tp]; !ok {
 		if err := p.addPartition(ctx, tp); err != nil {
-			return res, p.fail(err)
+			return res, p.fail(ctx, err)
 		}
 	}
 	for first := true; len(recs) > 0; first = false {
 		n := p.batchLen(recs)
 		base, err := p.produceBatch(ctx, tp, recs[:n])
 		if err != nil {
-			return res, p.fail(err)
+			return res, p.fail(ctx, err)
 		}
 		if first {
 			res.BaseOffset = base
@@ -122,7 +123,7 @@ func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) e
 		return nil
 	}
 	if _, ok := p.txnGroups[g.ID]; !ok {
-		p.txnTouched = true
+		p.touch()
 		_, err := p.coordinatorCall(ctx, call{
 			op:        "add offsets to txn",
 			topic:     g.ID,
@@ -138,7 +139,7 @@ func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) e
 			code: func(m protocol.Message) kafka.Error { return kafka.Error(m.(*addoffsetstotxn.Response).ErrorCode) },
 		})
 		if err != nil {
-			return p.fail(err)
+			return p.fail(ctx, err)
 		}
 		p.txnGroups[g.ID] = struct{}{}
 	}
@@ -155,7 +156,7 @@ func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) e
 		},
 	})
 	if err != nil {
-		return p.fail(err)
+		return p.fail(ctx, err)
 	}
 	return nil
 }
@@ -201,9 +202,10 @@ func (p *Producer) Commit(ctx context.Context) error {
 		return err
 	}
 	if err := p.endTxn(ctx, true); err != nil {
-		return p.fail(err)
+		return p.fail(ctx, err)
 	}
 	p.resetTxn()
+	p.txnStart = time.Time{}
 	p.state = stateReady
 	return nil
 }
@@ -233,11 +235,12 @@ func (p *Producer) Abort(ctx context.Context) error {
 	err := p.endTxn(ctx, false)
 	if err == nil {
 		p.resetTxn()
+		p.txnStart = time.Time{}
 		p.state = stateReady
 		return nil
 	}
 	if ClassOf(err) == ClassFenced {
-		return p.fail(err)
+		return p.fail(ctx, err)
 	}
 	p.log.Warn("sink: abort failed, re-initialising", "err", err)
 	return p.reinit(ctx)
@@ -269,7 +272,7 @@ func (p *Producer) endTxn(ctx context.Context, commit bool) error {
 }
 
 func (p *Producer) addPartition(ctx context.Context, tp topicPartition) error {
-	p.txnTouched = true
+	p.touch()
 	_, err := p.coordinatorCall(ctx, call{
 		op:        "add partitions to txn",
 		topic:     tp.topic,
@@ -465,10 +468,11 @@ func (p *Producer) check(op string, want state) error {
 	}
 }
 
-// fail records err's consequence on the producer state and returns err.
-func (p *Producer) fail(err error) error {
+// fail records err's consequence (a fence with its cause) on the producer state and returns err.
+func (p *Producer) fail(ctx context.Context, err error) error {
 	switch ClassOf(err) {
 	case ClassFenced:
+		err = p.explainFence(ctx, err)
 		p.state, p.fenced = stateFenced, err
 	case ClassAmbiguous:
 		p.state = stateRecover
@@ -480,6 +484,17 @@ func (p *Producer) fail(err error) error {
 	return err
 }
 
+// touch notes that a request of the open transaction is about to go to the
+// coordinator.
+func (p *Producer) touch() {
+	if p.txnStart.IsZero() {
+		p.txnStart = time.Now()
+	}
+	p.txnTouched = true
+}
+
+// resetTxn forgets the open transaction; the caller knows it is over, or
+// is about to end it with a new epoch.
 func (p *Producer) resetTxn() {
 	clear(p.txnParts)
 	clear(p.txnGroups)

@@ -156,7 +156,7 @@ func TestKillLoop(t *testing.T) {
 
 // TestOverlappingInstances runs two "dedupstream run" processes whose
 // static assignments share partition 1: the older one must be fenced and
-// exit 1 with a message saying so, and the output must stay clean.
+// exit 3 with a message saying so, and the output must stay clean.
 func TestOverlappingInstances(t *testing.T) {
 	e := newJobEnv(t, "overlap", 4, jobtest.Spec{Keys: 3_000, Replay: 500, Seed: 8}, 60*time.Second)
 	static := func(parts string) string { return "{partitions: [" + parts + "]}" }
@@ -173,8 +173,17 @@ func TestOverlappingInstances(t *testing.T) {
 	select {
 	case err := <-older.done:
 		older.done <- err
-		if code := older.cmd.ProcessState.ExitCode(); code != exitFailure || !strings.Contains(older.out.String(), "partition 1: fenced") {
-			t.Fatalf("older instance: exit %d, want %d with a fenced message:\n%s", code, exitFailure, older.out.String())
+		out := older.out.String()
+		if code := older.cmd.ProcessState.ExitCode(); code != exitFenced || !strings.Contains(out, "partition 1: fenced: another instance took over") {
+			t.Fatalf("older instance: exit %d, want %d with a message naming another instance:\n%s", code, exitFenced, out)
+		}
+		// No signal came: the log must not claim one, and its last
+		// record says why the process stopped.
+		if strings.Contains(out, "signal received") {
+			t.Errorf("older instance logged a signal it never received:\n%s", out)
+		}
+		if last := lastLogRecord(out); !strings.Contains(last, "stopped: fenced") || !strings.Contains(last, "exit_code=3") {
+			t.Errorf("older instance's last log record does not say it stopped fenced with exit code 3: %q", last)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("older instance was not fenced within 30s:\n%s\nnewer:\n%s", older.out.String(), newer.out.String())
@@ -190,15 +199,16 @@ func TestOverlappingInstances(t *testing.T) {
 	e.verify()
 }
 
-// checkEndpoints finds the child's metrics address in its log and checks
-// /livez, /readyz and /metrics.
-func checkEndpoints(t *testing.T, c *child) {
+// endpoints finds the child's metrics address in its log and returns a GET
+// of a path there: status code and body.
+func (c *child) endpoints(t *testing.T) func(path string) (int, string) {
 	t.Helper()
 	c.waitOutput(t, "msg=\"serving metrics\" addr=", 5*time.Second)
 	out := c.out.String()
 	addr := out[strings.Index(out, "msg=\"serving metrics\" addr=")+len("msg=\"serving metrics\" addr="):]
 	addr = strings.Fields(addr)[0]
-	get := func(path string) (int, string) {
+	return func(path string) (int, string) {
+		t.Helper()
 		res, err := http.Get("http://" + addr + path)
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
@@ -207,6 +217,25 @@ func checkEndpoints(t *testing.T, c *child) {
 		b, _ := io.ReadAll(res.Body)
 		return res.StatusCode, string(b)
 	}
+}
+
+// lastLogRecord returns the last slog record ("time=... level=...") of a
+// child's output; the error line printed after it is left out.
+func lastLogRecord(out string) string {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.HasPrefix(lines[i], "time=") {
+			return lines[i]
+		}
+	}
+	return ""
+}
+
+// checkEndpoints finds the child's metrics address in its log and checks
+// /livez, /readyz and /metrics.
+func checkEndpoints(t *testing.T, c *child) {
+	t.Helper()
+	get := c.endpoints(t)
 	if code, _ := get("/livez"); code != http.StatusOK {
 		t.Errorf("/livez: %d", code)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -123,6 +124,12 @@ func (e *jobEnv) term(name string, ch *child) {
 		ch.done <- err
 		if err != nil {
 			e.t.Fatalf("instance %s: %v after SIGTERM, want exit 0:\n%s", name, err, ch.out.String())
+		}
+		// At level info the last record says why the process stopped.
+		if out := ch.out.String(); strings.Contains(out, "level=INFO") {
+			if last := lastLogRecord(out); !strings.Contains(last, `msg="stopped: drained after signal terminated"`) || !strings.Contains(last, "exit_code=0") {
+				e.t.Errorf("instance %s: last log record after SIGTERM: %q", name, last)
+			}
 		}
 	case <-time.After(30 * time.Second):
 		e.t.Fatalf("instance %s did not exit within 30s of SIGTERM:\n%s", name, ch.out.String())

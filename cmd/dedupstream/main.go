@@ -24,6 +24,11 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitFenced: a static instance was fenced by another instance that
+	// owns one of its partitions now (or the cause was undecided and
+	// kafka.on_fenced is exit); restarting it unchanged makes the two
+	// fence each other in turn.
+	exitFenced = 3
 )
 
 const usage = `dedupstream deduplicates Kafka records by business key with exactly-once output.

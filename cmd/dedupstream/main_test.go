@@ -4,16 +4,19 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
+	"github.com/segmentio/kafka-go"
 )
 
 // Environment of a child process: the test binary re-executed as the
@@ -22,12 +25,18 @@ import (
 const (
 	envChild     = "DEDUPSTREAM_TEST_CHILD"
 	envFailpoint = "DEDUPSTREAM_TEST_FAILPOINT" // "name:n[:stop]"
+	// envCut routes the child's broker connections through a
+	// kafkatest.Link that SIGUSR1 cuts and SIGUSR2 heals.
+	envCut = "DEDUPSTREAM_TEST_CUT"
 )
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envChild) == "1" {
 		if fp := os.Getenv(envFailpoint); fp != "" {
 			optionsHook = failpointHook(fp)
+		}
+		if os.Getenv(envCut) == "1" {
+			optionsHook = cutHook(optionsHook)
 		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
@@ -60,6 +69,29 @@ func failpointHook(fp string) func(*job.Options) {
 				select {} // wait for the signal
 			}
 		}})
+	}
+}
+
+// cutHook wraps hook: the job's transport dials through a link that
+// SIGUSR1 cuts and SIGUSR2 heals.
+func cutHook(hook func(*job.Options)) func(*job.Options) {
+	return func(o *job.Options) {
+		hook(o)
+		link := kafkatest.NewLink()
+		sigs := make(chan os.Signal, 4)
+		signal.Notify(sigs, syscall.SIGUSR1, syscall.SIGUSR2)
+		go func() {
+			for s := range sigs {
+				if s == syscall.SIGUSR1 {
+					fmt.Fprintln(os.Stderr, "test: link cut")
+					link.Cut()
+				} else {
+					fmt.Fprintln(os.Stderr, "test: link healed")
+					link.Heal()
+				}
+			}
+		}()
+		o.Transport = &kafka.Transport{ClientID: "dedupstream-cut", DialTimeout: 2 * time.Second, Dial: link.Dial}
 	}
 }
 
