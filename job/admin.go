@@ -198,3 +198,26 @@ func (j *Job) committedOffsets(ctx context.Context, group string, topics []strin
 	}
 	return offsets, nil
 }
+
+// groupOffsets returns the job group's committed offsets of partitions
+// [0, n) of every stage input topic, with their metadata (where the
+// partition count is recorded); nil, nil when the group never committed.
+func (j *Job) groupOffsets(ctx context.Context, n int) (map[string][]kafka.OffsetFetchPartition, error) {
+	req := &kafka.OffsetFetchRequest{GroupID: j.cfg.Job.ID, Topics: map[string][]int{}}
+	for _, t := range j.topics {
+		for p := range n {
+			req.Topics[t] = append(req.Topics[t], p)
+		}
+	}
+	res, err := j.client.OffsetFetch(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("read committed offsets of group %q: %w", j.cfg.Job.ID, err)
+	}
+	if errors.Is(res.Error, kafka.GroupIdNotFound) {
+		return nil, nil // kfake's answer for a group that never committed
+	}
+	if res.Error != nil {
+		return nil, fmt.Errorf("read committed offsets of group %q: %w", j.cfg.Job.ID, res.Error)
+	}
+	return res.Topics, nil
+}

@@ -69,6 +69,11 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 	if err != nil {
 		return ms, err
 	}
+	if err := j.openMemory(); err != nil {
+		return ms, err
+	}
+	defer j.closeMemory() // after the stores below are closed
+	j.planMemory(len(owned))
 	runners := make(map[int]*runner, len(owned))
 	defer func() {
 		for _, r := range runners {
@@ -175,24 +180,12 @@ func migrationRoute(j *Job, n int) (func(*pipeline.Record) int, error) {
 func (j *Job) recordPartitions(ctx context.Context, n int) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req := &kafka.OffsetFetchRequest{GroupID: j.cfg.Job.ID, Topics: map[string][]int{}}
-	for _, t := range j.topics {
-		for p := range n {
-			req.Topics[t] = append(req.Topics[t], p)
-		}
-	}
-	res, err := j.client.OffsetFetch(ctx, req)
+	topics, err := j.groupOffsets(ctx, n)
 	if err != nil {
-		return fmt.Errorf("job: migrate: read committed offsets: %w", err)
-	}
-	if errors.Is(res.Error, kafka.GroupIdNotFound) {
-		return nil
-	}
-	if res.Error != nil {
-		return fmt.Errorf("job: migrate: read committed offsets: %w", res.Error)
+		return fmt.Errorf("job: migrate: %w", err)
 	}
 	commit := &kafka.OffsetCommitRequest{GroupID: j.cfg.Job.ID, GenerationID: -1, Topics: map[string][]kafka.OffsetCommit{}}
-	for t, ps := range res.Topics {
+	for t, ps := range topics {
 		for _, op := range ps {
 			if op.Error == nil && op.CommittedOffset >= 0 {
 				commit.Topics[t] = append(commit.Topics[t], kafka.OffsetCommit{Partition: op.Partition, Offset: op.CommittedOffset, Metadata: offsetMeta(n)})

@@ -2,13 +2,10 @@ package job
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/segmentio/kafka-go"
 )
 
 // The partition count N of a job is fixed per job id (docs/scaling.md):
@@ -51,24 +48,12 @@ var ErrPartitionCount = fmt.Errorf("%w: the partition count changed", ErrTopics)
 func (j *Job) recordedPartitions(ctx context.Context, n int) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	req := &kafka.OffsetFetchRequest{GroupID: j.cfg.Job.ID, Topics: map[string][]int{}}
-	for _, t := range j.topics {
-		for p := range n {
-			req.Topics[t] = append(req.Topics[t], p)
-		}
-	}
-	res, err := j.client.OffsetFetch(ctx, req)
+	topics, err := j.groupOffsets(ctx, n)
 	if err != nil {
-		return 0, fmt.Errorf("job: read committed offsets of group %q: %w", j.cfg.Job.ID, err)
-	}
-	if errors.Is(res.Error, kafka.GroupIdNotFound) {
-		return 0, nil
-	}
-	if res.Error != nil {
-		return 0, fmt.Errorf("job: read committed offsets of group %q: %w", j.cfg.Job.ID, res.Error)
+		return 0, fmt.Errorf("job: %w", err)
 	}
 	recorded := 0
-	for t, ps := range res.Topics {
+	for t, ps := range topics {
 		for _, op := range ps {
 			if op.Error != nil || op.CommittedOffset < 0 {
 				continue

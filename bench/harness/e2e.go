@@ -339,7 +339,7 @@ kafka: {brokers: [%s]}
 input: {topics: [%s]}
 output: {topic: %q, dlq_topic: %q}
 assignment: {partitions: [%s]}
-dedup: {window: %s, expected_keys: %d}
+dedup: {%sexpected_keys: %d}
 state: {dir: %q}
 commit: {interval: %s, max_records: %d}
 fetch: {partition_max_bytes: %d}
@@ -371,8 +371,14 @@ func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string,
 	// each take a window/generations share of them), even when the stream
 	// is shorter than the window.
 	perPartition := c.Spec.KeysPerWindow/c.Spec.Partitions*11/10 + 1000
+	// A workload without a window leaves the job's default window (an
+	// explicit 0s is refused).
+	window := ""
+	if c.Spec.Window > 0 {
+		window = fmt.Sprintf("window: %s, ", c.Spec.Window)
+	}
 	text := fmt.Sprintf(jobConfig, out, quoteList(brokers), quoteList(raw), out, out+"-dlq", strings.Join(parts, ", "),
-		c.Spec.Window, perPartition, filepath.Join(dir, "state"), c.Interval, c.MaxRecords,
+		window, perPartition, filepath.Join(dir, "state"), c.Interval, c.MaxRecords,
 		cmp.Or(c.FetchMaxBytes, int(config.DefaultFetchPartitionMaxBytes)), cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes)))
 	path := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
