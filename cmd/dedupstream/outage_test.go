@@ -27,7 +27,7 @@ func TestCutReported(t *testing.T) {
 		t.Skip("subprocess outage test")
 	}
 	e := newJobEnv(t, "cut", 4, jobtest.Spec{Keys: 4_000, Replay: 800, Seed: 21}, 180*time.Second)
-	path := e.config("a", "{partitions: [0, 1, 2, 3]}", "{interval: 1s}", "info")
+	path := e.config("a", "{partitions: [0, 1, 2, 3]}", "{interval: 400ms}", "info")
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
