@@ -35,27 +35,10 @@ func growTopics(t *testing.T, e *env, n int32, topics ...string) {
 			t.Fatalf("grow %s to %d partitions: %v", r.Topic, n, err)
 		}
 	}
-	// Wait until the metadata shows the new count.
-	cl := kafkatest.NewClient(t, e.brokers, e.clientOpts...)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		mreq := kmsg.NewPtrMetadataRequest()
-		for _, topic := range topics {
-			mt := kmsg.NewMetadataRequestTopic()
-			mt.Topic = kmsg.StringPtr(topic)
-			mreq.Topics = append(mreq.Topics, mt)
-		}
-		m, err := mreq.RequestWith(e.ctx(10*time.Second), cl)
-		ok := err == nil
-		for _, mt := range m.Topics {
-			ok = ok && len(mt.Partitions) == int(n)
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("topics %v did not reach %d partitions", topics, n)
-		}
-		time.Sleep(100 * time.Millisecond)
+	// Wait until every broker's metadata shows the new count: a producer
+	// asking a broker that lags would still see the old one.
+	if err := kafkatest.WaitTopics(e.ctx(60*time.Second), kafkatest.NewClient(t, e.brokers, e.clientOpts...), n, topics...); err != nil {
+		t.Fatalf("grow to %d partitions: %v", n, err)
 	}
 }
 
