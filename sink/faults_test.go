@@ -28,6 +28,9 @@ type faultCase struct {
 	atInit bool
 	// wantErr says the faulted transaction must fail at least once.
 	wantErr bool
+	// wantAmbiguous says every such failure must be ClassAmbiguous: a
+	// request of unknown fate may have reached the log.
+	wantAmbiguous bool
 }
 
 // controlFirst handles the first request of key with fn and lets every
@@ -103,8 +106,9 @@ func faultCases() []faultCase {
 		install: faultOnce(kmsg.Produce, kerr.NotLeaderForPartition, 2),
 	}, {
 		// Every produce is lost until the retry budget is spent: ambiguous.
-		name:    "produce/lost-beyond-retries",
-		wantErr: true,
+		name:          "produce/lost-beyond-retries",
+		wantErr:       true,
+		wantAmbiguous: true,
 		install: func(_ *testing.T, c *kfake.Cluster) (func() int, func()) {
 			var n atomic.Int32
 			var stop atomic.Bool
@@ -220,6 +224,10 @@ func TestFaultsNeverDuplicate(t *testing.T) {
 					failures++
 					if c := ClassOf(err); c == ClassFenced || c == ClassFatal {
 						t.Fatalf("txn %d: %v (class %v)", i, err, c)
+					}
+					var amb *AmbiguousError
+					if fc.wantAmbiguous && !errors.As(err, &amb) {
+						t.Fatalf("txn %d: %v (class %v), want a *AmbiguousError", i, err, ClassOf(err))
 					}
 					if afterError != nil {
 						afterError()

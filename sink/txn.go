@@ -326,7 +326,8 @@ func (p *Producer) batchLen(recs []Record) int {
 
 // produceBatch sends recs as one record batch to the partition leader and
 // returns its base offset (-1 if the broker reported a duplicate without
-// it). The sequence advances only on success.
+// it). The sequence advances only on success: a resent batch is the same
+// bytes with the same sequence, so the broker stores it once.
 func (p *Producer) produceBatch(ctx context.Context, tp topicPartition, recs []Record) (int64, error) {
 	a := p.newAttempts(ctx, "produce", tp.topic, tp.partition)
 	seq := p.seqs[tp]
@@ -345,86 +346,144 @@ func (p *Producer) produceBatch(ctx context.Context, tp topicPartition, recs []R
 	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 	p.buf = buf
 
-	// A request that failed without an answer may still be read from buf
-	// by the transport after we return; the next batch then gets a new
-	// buffer rather than overwriting this one under it.
-	var unknown bool
-	defer func() {
-		if unknown {
-			p.buf = nil
-		}
-	}()
+	base, unknown, err := p.sendBatch(a, tp, buf)
+	if unknown {
+		// A request that failed without an answer may still be read from
+		// buf by the transport after we return; the next batch then gets
+		// a new buffer rather than overwriting this one under it.
+		p.buf = nil
+	}
+	if err != nil {
+		return -1, err
+	}
+	p.seqs[tp] = nextSequence(seq, len(recs))
+	return base, nil
+}
+
+// sendBatch is the retry policy of one encoded batch: it sends buf until
+// an attempt succeeds, ends the call, or the retry budget is spent. unknown
+// reports that some attempt's fate stayed unknown: the batch may be in the
+// log, and the transport may still hold buf.
+func (p *Producer) sendBatch(a *attempts, tp topicPartition, buf []byte) (base int64, unknown bool, err error) {
 	for {
 		a.n++
-		var cause error
-		leader, code, err := p.leader(ctx, tp)
-		if err == nil && code == 0 {
-			var res protocol.Message
-			res, err = p.send(ctx, leader, &rawproduce.Request{
-				TransactionalID: p.cfg.TransactionalID,
-				Acks:            -1,
-				Timeout:         int32(p.cfg.RequestTimeout.Milliseconds() * 3 / 4),
-				Topics: []rawproduce.RequestTopic{{
-					Topic: tp.topic,
-					Partitions: []rawproduce.RequestPartition{{
-						Partition: tp.partition,
-						RecordSet: protocol.RawRecordSet{Reader: bytes.NewReader(buf)},
-					}},
-				}},
-			})
-			if err != nil {
-				unknown = unknown || !notSent(err)
-				delete(p.leaders, tp)
-			} else {
-				var base int64
-				var msg string
-				base, code, msg, err = producePartition(res, tp)
-				if code != 0 && msg != "" {
-					cause = fmt.Errorf("%w: %s", code, msg)
-				}
-				switch {
-				case err != nil:
-					unknown = true
-				case code == 0 || code == kafka.DuplicateSequenceNumber:
-					if code != 0 {
-						base = -1
-					}
-					p.seqs[tp] = nextSequence(seq, len(recs))
-					return base, nil
-				case isLeaderCode(code):
-					delete(p.leaders, tp)
-				case code == kafka.RequestTimedOut || code == kafka.NotEnoughReplicasAfterAppend || code == kafka.NetworkException:
-					unknown = true // the batch may be in the log
+		o := p.produceAttempt(a.ctx, tp, buf)
+		unknown = unknown || o.unknown
+		switch o.kind {
+		case sendOK:
+			return o.base, unknown, nil
+		case sendRetryLeader:
+			delete(p.leaders, tp)
+		case sendFenced:
+			return -1, unknown, a.fail(ClassFenced, o.code, o.cause)
+		case sendFatal:
+			return -1, unknown, a.fail(ClassFatal, o.code, o.cause)
+		case sendAmbiguous:
+			if o.code == kafka.InvalidTransactionState {
+				// Our transaction no longer holds the partition: the
+				// coordinator ended it. Ask it whether our epoch is still
+				// current (brokers answer INVALID_PRODUCER_EPOCH here
+				// directly; kfake does not).
+				if perr := p.addPartition(a.ctx, tp); ClassOf(perr) == ClassFenced {
+					return -1, unknown, perr
 				}
 			}
+			return -1, unknown, a.ambiguous(o.code, o.cause)
 		}
-		if cause == nil {
-			cause = code
-		}
-		if err != nil {
-			cause = err
-		} else if class := classifyCode(code); class != ClassRetriable {
-			if class == ClassAmbiguous {
-				if code == kafka.InvalidTransactionState {
-					// Our transaction no longer holds the partition: the
-					// coordinator ended it. Ask it whether our epoch is
-					// still current (brokers answer INVALID_PRODUCER_EPOCH
-					// here directly; kfake does not).
-					if perr := p.addPartition(ctx, tp); ClassOf(perr) == ClassFenced {
-						return -1, perr
-					}
-				}
-				return -1, a.ambiguous(code, cause)
-			}
-			return -1, a.fail(class, code, cause)
-		}
-		if !a.again(cause) {
+		if !a.again(o.cause) {
 			if unknown {
-				return -1, a.ambiguous(code, cause)
+				return -1, unknown, a.ambiguous(o.code, o.cause)
 			}
-			return -1, a.fail(ClassRetriable, code, cause)
+			return -1, unknown, a.fail(ClassRetriable, o.code, o.cause)
 		}
 	}
+}
+
+// sendKind is what one produce attempt tells the retry policy to do.
+type sendKind uint8
+
+const (
+	sendOK          sendKind = iota // stored (or a duplicate of a stored batch)
+	sendRetry                       // transient: send again after a backoff
+	sendRetryLeader                 // the leader moved or is unreachable: look it up, send again
+	sendAmbiguous                   // the broker's view of the producer differs from ours
+	sendFenced                      // a newer producer or coordinator owns the id
+	sendFatal                       // retrying cannot help
+)
+
+// sendOutcome is the result of one produce attempt.
+type sendOutcome struct {
+	kind sendKind
+	// unknown: the attempt ended without learning whether the batch
+	// reached the log (lost response, timeout, incomplete answer).
+	unknown bool
+	base    int64       // sendOK: the base offset, -1 for a duplicate
+	code    kafka.Error // the broker's code, 0 for transport errors
+	cause   error       // what went wrong, for the error and the retry log
+}
+
+// produceAttempt sends buf once to tp's leader and classifies the answer.
+// It changes no producer state but the leader cache its lookup fills.
+func (p *Producer) produceAttempt(ctx context.Context, tp topicPartition, buf []byte) sendOutcome {
+	leader, code, err := p.leader(ctx, tp)
+	if err != nil {
+		return sendOutcome{kind: sendRetry, cause: err}
+	}
+	if code != 0 {
+		return codeOutcome(code, code)
+	}
+	res, err := p.send(ctx, leader, &rawproduce.Request{
+		TransactionalID: p.cfg.TransactionalID,
+		Acks:            -1,
+		Timeout:         int32(p.cfg.RequestTimeout.Milliseconds() * 3 / 4),
+		Topics: []rawproduce.RequestTopic{{
+			Topic: tp.topic,
+			Partitions: []rawproduce.RequestPartition{{
+				Partition: tp.partition,
+				RecordSet: protocol.RawRecordSet{Reader: bytes.NewReader(buf)},
+			}},
+		}},
+	})
+	if err != nil {
+		return sendOutcome{kind: sendRetryLeader, unknown: !notSent(err), cause: err}
+	}
+	base, code, msg, err := producePartition(res, tp)
+	switch {
+	case err != nil:
+		return sendOutcome{kind: sendRetry, unknown: true, cause: err}
+	case code == 0:
+		return sendOutcome{kind: sendOK, base: base}
+	case code == kafka.DuplicateSequenceNumber:
+		return sendOutcome{kind: sendOK, base: -1}
+	}
+	var cause error = code
+	if msg != "" {
+		cause = fmt.Errorf("%w: %s", code, msg)
+	}
+	o := codeOutcome(code, cause)
+	switch {
+	case o.kind == sendRetry && isLeaderCode(code):
+		o.kind = sendRetryLeader
+	case code == kafka.RequestTimedOut || code == kafka.NotEnoughReplicasAfterAppend || code == kafka.NetworkException:
+		o.unknown = true // the batch may be in the log
+	}
+	return o
+}
+
+// codeOutcome is the outcome of a non-zero broker code.
+func codeOutcome(code kafka.Error, cause error) sendOutcome {
+	o := sendOutcome{code: code, cause: cause}
+	switch classifyCode(code) {
+	case ClassRetriable:
+		o.kind = sendRetry
+	case ClassAmbiguous:
+		o.kind = sendAmbiguous
+	case ClassFenced:
+		o.kind = sendFenced
+	default:
+		o.kind = sendFatal
+	}
+	return o
 }
 
 // producePartition finds tp's answer: base offset, error code and the
