@@ -154,11 +154,7 @@ func eventListener(log *slog.Logger, fatal *fatalState) *pebble.EventListener {
 			log.Error("statestore: pebble background error", "err", err)
 		},
 		FlushEnd: func(info pebble.FlushInfo) {
-			// Pebble reports a flush that produced no sstable (an empty
-			// memtable, e.g. Close of an idle store without WAL) through Err
-			// with an unexported sentinel; it is not a failure. (Should the
-			// text change, TestStateRoundTrip/wal=false fails.)
-			if info.Err != nil && info.Err.Error() != "pebble: empty table" {
+			if info.Err != nil && !isEmptyFlush(info.Err) {
 				fatal.set(fmt.Errorf("flush failed: %w", info.Err))
 			}
 		},
@@ -178,6 +174,18 @@ func eventListener(log *slog.Logger, fatal *fatalState) *pebble.EventListener {
 		},
 	}
 }
+
+// emptyFlushText is the text of the error Pebble's DB.flush1 (compaction.go)
+// puts into FlushInfo.Err when a flush wrote no sstable: every flush of an
+// empty memtable, e.g. DB.Flush or DB.Close of an idle store without WAL. It
+// is not a failure. Pebble keeps the error in an unexported variable
+// (errEmptyTable), so the text is the only way to tell it apart;
+// TestEmptyFlushText makes Pebble produce it and fails if the text changes.
+const emptyFlushText = "pebble: empty table"
+
+// isEmptyFlush reports whether err, from FlushInfo.Err, only says that the
+// flush had nothing to write.
+func isEmptyFlush(err error) bool { return err.Error() == emptyFlushText }
 
 // recover turns a fatalSignal panic into *errp. Other panics propagate.
 // Use as: defer s.fatal.recover(&err).

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 )
@@ -250,4 +251,32 @@ func TestFatalf(t *testing.T) {
 			t.Fatalf("await = %v", err)
 		}
 	})
+}
+
+// TestEmptyFlushText makes Pebble flush an empty memtable and checks that
+// the event listener recognises the error Pebble reports for it: should
+// Pebble change the text, every idle Close without WAL would turn fatal.
+func TestEmptyFlushText(t *testing.T) {
+	var errs []error
+	opts := &pebble.Options{FS: vfs.NewMem(), DisableWAL: true, EventListener: &pebble.EventListener{
+		FlushEnd: func(info pebble.FlushInfo) { errs = append(errs, info.Err) },
+	}}
+	db, err := pebble.Open("db", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if len(errs) != 1 || errs[0] == nil {
+		t.Fatalf("flush of an empty memtable reported %v, want one error", errs)
+	}
+	if !isEmptyFlush(errs[0]) {
+		t.Fatalf("Pebble reported the empty flush as %q; isEmptyFlush expects %q", errs[0], emptyFlushText)
+	}
+	// A real failure is not mistaken for it.
+	if isEmptyFlush(errNoSpace) {
+		t.Fatalf("isEmptyFlush(%v) = true", errNoSpace)
+	}
 }
