@@ -115,4 +115,3 @@ func TestProduceSequenceWraps(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
