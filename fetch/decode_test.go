@@ -453,3 +453,54 @@ func FuzzRecords(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeCommitMarkerIsNotAbort(t *testing.T) {
+	// Producer 5 commits two transactions, aborts a third and commits a
+	// fourth; producer 6 aborts one that spans producer 5's second commit
+	// marker. AbortedTransactions lists only the aborted ranges: every
+	// record of a committed transaction is returned, no marker is, and a
+	// commit marker ends no aborted range (neither its own producer's nor
+	// another's).
+	batches := []tbatch{
+		{base: 0, pid: 5, txn: true, n: 3}, // 0-2 committed
+		{base: 3, pid: 5, control: true, commit: true},
+		{base: 4, pid: 5, txn: true, n: 2}, // 4-5 committed
+		{base: 6, pid: 6, txn: true, n: 2}, // 6-7 aborted
+		{base: 8, pid: 5, control: true, commit: true},
+		{base: 9, pid: 6, txn: true, n: 2}, // 9-10 aborted
+		{base: 11, pid: 6, control: true},
+		{base: 12, pid: 5, txn: true, n: 2}, // 12-13 aborted
+		{base: 14, pid: 5, control: true},
+		{base: 15, pid: 5, txn: true, n: 2}, // 15-16 committed
+		{base: 17, pid: 5, control: true, commit: true},
+	}
+	var raws [][]byte
+	for _, tb := range batches {
+		raws = append(raws, encodeBatch(t, tb))
+	}
+	body := encodeResponse(t, []abortedTxn{{producerID: 6, firstOffset: 6}, {producerID: 5, firstOffset: 12}}, raws...)
+	for _, c := range []struct {
+		pos  int64
+		want []int64
+	}{
+		{0, slices.Concat(span(0, 2), span(4, 5), span(15, 16))},
+		{4, slices.Concat(span(4, 5), span(15, 16))},
+		{15, span(15, 16)},
+	} {
+		b, next, err := decodeAll(t, body, c.pos)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := offsets(b); !slices.Equal(got, c.want) || next != 18 {
+			t.Errorf("from %d: offsets %v next %d, want %v next 18", c.pos, got, next, c.want)
+		}
+		if c.pos == 0 && (b.Aborted != 6 || b.Markers != 5) {
+			t.Errorf("aborted %d markers %d, want 6 and 5", b.Aborted, b.Markers)
+		}
+		for _, r := range b.Records {
+			if string(r.Key) != fmt.Sprintf("k%d", r.Offset) || !bytes.Equal(r.Value, fmt.Appendf(nil, "v%d-pid5", r.Offset)) {
+				t.Errorf("from %d: record %d: key %q value %q", c.pos, r.Offset, r.Key, r.Value)
+			}
+		}
+	}
+}
