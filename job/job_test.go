@@ -19,6 +19,7 @@ import (
 	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -473,8 +474,8 @@ func TestSeveralTopics(t *testing.T) {
 	e.verify(w, r.job.Stats())
 }
 
-// checkCollector gathers the job's metrics and compares the named ones.
-func checkCollector(t *testing.T, j *job.Job, want map[string]float64) {
+// gatherJob gathers the job's collector through a pedantic registry.
+func gatherJob(t *testing.T, j *job.Job) []*dto.MetricFamily {
 	t.Helper()
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(j.Collector())
@@ -482,8 +483,14 @@ func checkCollector(t *testing.T, j *job.Job, want map[string]float64) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return families
+}
+
+// checkCollector gathers the job's metrics and compares the named ones.
+func checkCollector(t *testing.T, j *job.Job, want map[string]float64) {
+	t.Helper()
 	got := map[string]float64{}
-	for _, f := range families {
+	for _, f := range gatherJob(t, j) {
 		for _, m := range f.GetMetric() {
 			name := f.GetName() // summed over partitions
 			for _, l := range m.GetLabel() {

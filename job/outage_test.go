@@ -14,7 +14,6 @@ import (
 
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/job"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -45,14 +44,8 @@ func (b *logBuffer) String() string {
 // gauges returns the job's metric values by name{partition} (and cause).
 func gauges(t *testing.T, j *job.Job) map[string]float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(j.Collector())
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	got := map[string]float64{}
-	for _, f := range families {
+	for _, f := range gatherJob(t, j) {
 		for _, m := range f.GetMetric() {
 			var labels []string
 			for _, l := range m.GetLabel() {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"log/slog"
 
 	"github.com/dedupstream/dedupstream/config"
 )
@@ -33,4 +34,19 @@ func cmdLint(args []string, stdout, stderr io.Writer) int {
 // (exit 2), one problem per line.
 func loadConfig(path string) (*config.Config, error) {
 	return config.Load(path)
+}
+
+// loadJob loads the job file of run and migrate, applies --log-level (level,
+// "" to keep the file's) and makes the logger; a config error is printed to
+// stderr and ok is false (exit 2).
+func loadJob(path, level string, stderr io.Writer) (cfg *config.Config, log *slog.Logger, ok bool) {
+	cfg, err := loadConfig(path)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return nil, nil, false
+	}
+	if level != "" {
+		cfg.Log.Level = level
+	}
+	return cfg, newLogger(cfg.Log, stderr), true
 }

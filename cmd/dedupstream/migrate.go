@@ -29,15 +29,10 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	cfg, err := loadConfig(*path)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
+	cfg, log, ok := loadJob(*path, *level, stderr)
+	if !ok {
 		return exitUsage
 	}
-	if *level != "" {
-		cfg.Log.Level = *level
-	}
-	log := newLogger(cfg.Log, stderr)
 	ms, err := job.Migrate(ctx, cfg, job.Options{Logger: log})
 	if err != nil {
 		if errors.Is(err, job.ErrTopics) {

@@ -44,15 +44,10 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	cfg, err := loadConfig(*path)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
+	cfg, log, ok := loadJob(*path, *level, stderr)
+	if !ok {
 		return exitUsage
 	}
-	if *level != "" {
-		cfg.Log.Level = *level
-	}
-	log := newLogger(cfg.Log, stderr)
 	log.Debug("config", "file", *path, "config", cfg)
 	done := make(chan struct{})
 	defer close(done)
