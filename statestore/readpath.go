@@ -52,3 +52,18 @@ func (s *Store) readErr(err error, format string, args ...any) error {
 	}
 	return wrapErr(err, format, args...)
 }
+
+// startReads starts the read worker in builds whose reads need one.
+func (s *Store) startReads() {
+	if !readOnCaller {
+		s.reads = startWorker(s.fatal)
+	}
+}
+
+// stopReads ends the read worker, if any.
+func (s *Store) stopReads() error {
+	if s.reads == nil {
+		return nil
+	}
+	return s.reads.stop()
+}

@@ -9,6 +9,3 @@ const readOnCaller = true
 // read runs fn, a read-path call into Pebble, on the caller's goroutine. fn
 // does not escape: reads stay allocation-free.
 func (s *Store) read(fn func() error) error { return fn() }
-
-func (s *Store) startReads()      {}
-func (s *Store) stopReads() error { return nil }

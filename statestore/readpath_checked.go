@@ -13,7 +13,3 @@ const readOnCaller = false
 // returns its error, or the fatal error as soon as one is recorded. Reads of
 // one store are serialised.
 func (s *Store) read(fn func() error) error { return s.reads.do(fn) }
-
-func (s *Store) startReads() { s.reads = startWorker(s.fatal) }
-
-func (s *Store) stopReads() error { return s.reads.stop() }

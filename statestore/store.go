@@ -74,7 +74,7 @@ type Store struct {
 	loading atomic.Bool // Loads not yet all in runs
 
 	w     *worker // runs every write-path Pebble call (see worker)
-	reads *worker // runs the read-path ones in builds that need it (see readOnCaller)
+	reads *worker // runs the read-path Pebble calls where needed (see readOnCaller)
 
 	durableFloor uint64 // the floor recorded in Pebble (flusher only)
 
