@@ -220,3 +220,82 @@ func BenchmarkLookups(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReadHandoff measures what handing every read to a goroutine of
+// the store would cost the stage's hot path (see readpath.go): Reader.Lookup
+// called directly, as the store does, against the same call served by a
+// long-lived goroutine through a channel with a reused request (no
+// allocation), and through worker.do (the write path's hand-off, which
+// allocates its closures). Run it with -benchtime=200000x.
+func BenchmarkReadHandoff(b *testing.B) {
+	const ngen, perGen = 5, 200_000
+	s := benchOpen(b, Options{})
+	loadGens(b, s, ngen, perGen)
+	type request struct {
+		rd    *Reader
+		h     partition.Hash
+		gens  []uint64
+		found bool
+		err   error
+		done  chan struct{}
+	}
+	requests := make(chan *request)
+	go func() {
+		for r := range requests {
+			_, _, r.found, r.err = r.rd.Lookup(r.h, r.gens)
+			r.done <- struct{}{}
+		}
+	}()
+	defer close(requests)
+	w := startWorker(s.fatal)
+	defer w.stop()
+	gens := []uint64{5, 4, 3, 2, 1}
+	// Rounds interleave the modes, so that a shared machine's load changes
+	// hit all of them alike: compare medians over the rounds. cpu-ns/op, the
+	// process's CPU time per Lookup, is steadier than ns/op under load.
+	for round := range 5 {
+		for _, kind := range []string{"hit", "miss"} {
+			for _, mode := range []string{"direct", "channel", "worker"} {
+				b.Run(fmt.Sprintf("%s/%s/round=%d", kind, mode, round), func(b *testing.B) {
+					var rd Reader
+					if err := s.OpenReader(&rd); err != nil {
+						b.Fatal(err)
+					}
+					defer rd.Close()
+					req := &request{rd: &rd, gens: gens, done: make(chan struct{}, 1)}
+					var found bool
+					var err error
+					b.ReportAllocs()
+					cpu := cpuTime()
+					defer func() { b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op") }()
+					for i := range b.N {
+						h := keyOf(1, uint64(i*7919%perGen)) // in the oldest of 5 generations
+						if kind == "miss" {
+							h = keyOf(99, uint64(i))
+						}
+						switch mode {
+						case "direct":
+							_, _, found, err = rd.Lookup(h, gens)
+						case "channel":
+							req.h = h
+							requests <- req
+							select {
+							case <-req.done:
+							case <-s.fatal.dead:
+							}
+							found, err = req.found, req.err
+						case "worker":
+							err = w.do(func() (err error) {
+								_, _, found, err = rd.Lookup(h, gens)
+								return err
+							})
+						}
+						if err != nil || found != (kind == "hit") {
+							b.Fatalf("found %v, err %v", found, err)
+						}
+					}
+				})
+			}
+		}
+	}
+}

@@ -131,18 +131,26 @@
 //     that met it, as if the process had died at that moment. Pebble thus
 //     never runs its write-error paths. Reads, Lock, MkdirAll and Remove
 //     errors pass through.
-//   - Fatalf records the error and never returns to Pebble: on a goroutine
-//     running a Store method it panics and that method recovers; on a Pebble
-//     background goroutine it parks the goroutine.
+//   - Fatalf records the error and never returns to Pebble: it parks the
+//     goroutine that called it, whichever that is.
 //   - A failed flush or compaction (reported through Pebble's event
 //     listener, e.g. a read error) is fatal too: Pebble would retry it
-//     forever while commits stall.
+//     forever while commits stall. So is data corruption a read finds
+//     (Pebble's default there is Fatalf): the read returns the fatal error.
 //
-// Calls that may block inside Pebble (Commit, Expire, Flush, Compact, Close,
-// Open) run on a helper goroutine and return as soon as a fatal error is
-// recorded, so a parked Pebble goroutine cannot hang the caller. After a
-// fatal error Close returns it without closing Pebble (its goroutines may be
-// parked holding locks); the directory stays locked until the process exits.
+// Every Pebble call on the write path (Open, the flusher's ingests and
+// batches, merges, Compact, Close) runs on the store's worker, one
+// long-lived goroutine per store, and its caller waits for the result or the
+// fatal error, whichever comes first; so a Fatalf on the worker, or on a
+// Pebble goroutine the worker waits for, returns the fatal error to the
+// waiting call instead of hanging it. Reads (OpenReader, Lookup, Get,
+// ScanGeneration, DiskUsage) call Pebble on the caller's goroutine: a
+// hand-off per read doubled the cost of a Lookup (BenchmarkReadHandoff), and
+// Pebble's read path calls Fatalf only from invariant checks compiled into
+// race and invariants builds; there reads run on a read worker of the store
+// (readpath.go). After a fatal error Close returns it without closing Pebble
+// (its goroutines may be parked holding locks); the directory stays locked
+// until the process exits.
 //
 // # Reads
 //

@@ -1,13 +1,10 @@
 package statestore
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -63,37 +60,6 @@ func wrapErr(err error, format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, err)...)
 }
 
-// fatalSignal is the panic value used to unwind a store goroutine out of
-// Pebble after Fatalf. Store methods recover it; nothing else does.
-type fatalSignal struct{ err error }
-
-// storeFrames are how store goroutines appear in a stack trace: a Store
-// method, or the goroutine of fatalState.await running one for it.
-var storeFrames = [][]byte{
-	[]byte(reflect.TypeFor[Store]().PkgPath() + ".(*Store)."),
-	[]byte(reflect.TypeFor[Store]().PkgPath() + ".(*fatalState).await"),
-}
-
-// onStoreGoroutine reports whether the calling goroutine is running a Store
-// method, i.e. Pebble called Fatalf synchronously on behalf of our caller
-// rather than on one of its own background goroutines. Only the fatal path
-// pays for the stack walk.
-func onStoreGoroutine() bool {
-	buf := make([]byte, 64<<10)
-	buf = buf[:runtime.Stack(buf, false)]
-	// The "created by" trailer names the function that started the
-	// goroutine, not a frame of it.
-	if i := bytes.Index(buf, []byte("\ncreated by ")); i >= 0 {
-		buf = buf[:i]
-	}
-	for _, f := range storeFrames {
-		if bytes.Contains(buf, f) {
-			return true
-		}
-	}
-	return false
-}
-
 // pebbleLogger adapts Pebble's Logger to slog and replaces its Fatalf.
 //
 // Pebble calls Fatalf when it cannot continue safely (a failed WAL or
@@ -101,17 +67,42 @@ func onStoreGoroutine() bool {
 // after "fatal commit error" DB.Apply would return nil for a batch that was
 // never written, and after a failed MANIFEST write the in-memory version no
 // longer matches the disk. The default logger calls os.Exit. Ours records the
-// error, so that Err and every later Store call report it, and then never
-// returns to the Pebble code that called it:
+// error, so that Err and every later Store call report it, and then parks
+// the calling goroutine for the rest of the process, which is what os.Exit
+// would have done to it, whichever goroutine that is:
 //
-//   - on a goroutine that runs a Store method it panics with fatalSignal,
-//     which that method recovers and turns into its error; the store never
-//     calls into Pebble again, so locks Pebble may hold while unwinding are
-//     never contended;
-//   - on one of Pebble's background goroutines (flush, compaction) it parks
-//     the goroutine for the rest of the process, which is what os.Exit would
-//     have done to it; whoever waits for that goroutine is released by the
-//     store's own wait on the fatal state (see Store.await).
+//   - the store's worker (every write-path call: Open, the flusher, Compact,
+//     Close; see worker): the Store call waiting for it returns the fatal
+//     error, because it waits on the fatal state too;
+//   - one of Pebble's background goroutines (flush, compaction, table
+//     stats): whoever waits for it, the worker included, stays blocked and
+//     the Store call waiting for the worker returns the fatal error;
+//   - a reader's goroutine: only in builds where Pebble compiles its
+//     read-path invariant checks in, and there reads run on a goroutine of
+//     the store too (see readOnCaller).
+//
+// Earlier versions told a store goroutine from a Pebble one by parsing
+// runtime.Stack for frames of Store methods and then unwound the former with
+// a panic. That broke silently for any entry point without such a frame (a
+// Fatalf under Reader.Lookup, called by the stage directly, parked the
+// stage) and cost a 64 KiB stack dump on the fatal path; parking everywhere
+// needs no goroutine to be recognised.
+//
+// Of the ways to get there, the store takes the third:
+//
+//   - every Pebble call, reads included, on a goroutine of the store: a
+//     hand-off per Lookup doubles its cost (BenchmarkReadHandoff, figures in
+//     readpath.go) unless the stage batched its confirmations per batch,
+//     which it does not (it decides record by record);
+//   - an explicit marker instead of a goroutine: Go has no per-goroutine
+//     state, and a per-store flag ("a Store call is inside Pebble") cannot
+//     tell that call's goroutine from a Pebble goroutine that reaches Fatalf
+//     at the same moment, so one of them would be unwound or parked wrongly;
+//   - the write path on the worker, reads on the caller, and Fatalf kept off
+//     the read path: Pebble's read-path Fatalf calls are invariant checks
+//     compiled only into race and invariants builds, where reads are handed
+//     to a read worker as well, and data corruption is handled by the
+//     store's own listener (readpath.go).
 type pebbleLogger struct {
 	log   *slog.Logger
 	fatal *fatalState
@@ -136,11 +127,8 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 	if !strings.HasPrefix(msg, "pebble") {
 		msg = "pebble: " + msg
 	}
-	err := l.fatal.set(errors.New(msg))
-	if onStoreGoroutine() {
-		panic(fatalSignal{err})
-	}
-	select {} // park this Pebble goroutine for good
+	l.fatal.set(errors.New(msg))
+	select {} // park this goroutine for good: never return to Pebble
 }
 
 // eventListener reports Pebble events that need an operator's attention and
@@ -169,6 +157,15 @@ func eventListener(log *slog.Logger, fatal *fatalState) *pebble.EventListener {
 		WriteStallEnd: func() {
 			log.Info("statestore: write stall ended")
 		},
+		// Without a listener of its own Pebble calls Fatalf on data
+		// corruption (EventListener.EnsureDefaults), on whatever goroutine
+		// read the block: a reader's in production builds, which Fatalf
+		// would park. Recorded here instead, the read returns Pebble's
+		// corruption error and the store reports the fatal error from
+		// then on (see readErr).
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			fatal.set(fmt.Errorf("data corruption in %s: %w", info.Path, info.Details))
+		},
 		DiskSlow: func(info pebble.DiskSlowInfo) {
 			log.Warn("statestore: disk slow", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)
 		},
@@ -186,54 +183,3 @@ const emptyFlushText = "pebble: empty table"
 // isEmptyFlush reports whether err, from FlushInfo.Err, only says that the
 // flush had nothing to write.
 func isEmptyFlush(err error) bool { return err.Error() == emptyFlushText }
-
-// recover turns a fatalSignal panic into *errp. Other panics propagate.
-// Use as: defer s.fatal.recover(&err).
-func (f *fatalState) recover(errp *error) {
-	if r := recover(); r != nil {
-		sig, ok := r.(fatalSignal)
-		if !ok {
-			panic(r)
-		}
-		*errp = sig.err
-	}
-}
-
-// await runs fn, which calls into Pebble's write path and may block there
-// (write stalls, waiting for a flush or compaction), on its own goroutine and
-// returns its error, or the fatal error as soon as one is recorded, whichever
-// comes first. A goroutine left behind by a fatal error stays blocked; the
-// process is expected to exit soon after.
-//
-// Any panic of fn is fatal: Pebble's commit pipeline panics on WAL write
-// errors while holding its locks, so the DB cannot be used afterwards.
-func (f *fatalState) await(fn func() error) error {
-	if err := f.get(); err != nil {
-		return err
-	}
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if r := recover(); r != nil {
-				if sig, ok := r.(fatalSignal); ok {
-					done <- sig.err
-					return
-				}
-				done <- f.set(fmt.Errorf("pebble panic: %v", r))
-			}
-		}()
-		done <- fn()
-	}()
-	select {
-	case err := <-done:
-		return err
-	case <-f.dead:
-		// Prefer fn's own result if it finished at the same moment.
-		select {
-		case err := <-done:
-			return err
-		default:
-			return f.get()
-		}
-	}
-}

@@ -198,37 +198,42 @@ func TestFatalf(t *testing.T) {
 			t.Fatalf("fatal error = %v, want %q", err, want)
 		}
 	})
-	t.Run("store goroutine unwinds", func(t *testing.T) {
+	t.Run("worker call returns the fatal error", func(t *testing.T) {
 		l := newLogger()
-		err := l.fatal.await(func() error {
+		w := startWorker(l.fatal)
+		err := w.do(func() error {
 			l.Fatalf("pebble: MANIFEST sync failed: %v", errNoSpace)
 			return errors.New("Fatalf returned")
 		})
 		if err == nil || err.Error() != want {
-			t.Fatalf("await = %v, want %q", err, want)
+			t.Fatalf("do = %v, want %q", err, want)
 		}
 		// Later calls fail at once.
-		if err := l.fatal.await(func() error { return nil }); err == nil || err.Error() != want {
-			t.Fatalf("await after fatal = %v", err)
+		if err := w.do(func() error { return nil }); err == nil || err.Error() != want {
+			t.Fatalf("do after fatal = %v", err)
+		}
+		if w.post(func() {}) {
+			t.Fatal("post after fatal queued a task")
 		}
 	})
 	t.Run("panic in a write is fatal", func(t *testing.T) {
 		l := newLogger()
-		err := l.fatal.await(func() error { panic(errNoSpace) })
+		err := startWorker(l.fatal).do(func() error { panic(errNoSpace) })
 		if !errors.Is(err, ErrFatal) || !strings.Contains(err.Error(), "pebble panic: injected") {
-			t.Fatalf("await = %v", err)
+			t.Fatalf("do = %v", err)
 		}
 	})
 	t.Run("blocked write is released", func(t *testing.T) {
 		l := newLogger()
+		w := startWorker(l.fatal)
 		done := make(chan error, 1)
-		go func() { done <- l.fatal.await(func() error { select {} }) }() // a stalled commit
+		go func() { done <- w.do(func() error { select {} }) }() // a stalled commit
 		time.Sleep(10 * time.Millisecond)
 		go l.Fatalf("MANIFEST sync failed: %v", errNoSpace) // a Pebble goroutine
 		select {
 		case err := <-done:
 			if err == nil || err.Error() != want {
-				t.Fatalf("await = %v, want %q", err, want)
+				t.Fatalf("do = %v, want %q", err, want)
 			}
 		case <-time.After(10 * time.Second):
 			t.Fatal("a call blocked in Pebble was not released by the fatal error")
@@ -243,14 +248,255 @@ func TestFatalf(t *testing.T) {
 			t.Fatal(err)
 		}
 		in.armed.Store(true)
-		err = f.await(func() error {
+		err = startWorker(f).do(func() error {
 			_, err := file.Write([]byte("x"))
 			return fmt.Errorf("Write returned %v to Pebble", err)
 		})
 		if err == nil || !strings.HasPrefix(err.Error(), "statestore: fatal: write f: injected") {
-			t.Fatalf("await = %v", err)
+			t.Fatalf("do = %v", err)
 		}
 	})
+}
+
+// within runs fn and returns its error, failing the test if fn does not
+// return within a generous bound: a call parked in Pebble never does.
+func within(t *testing.T, what string, fn func() error) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- fn() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not return: its goroutine is parked or blocked in Pebble", what)
+		return nil
+	}
+}
+
+// checkFatalCall checks that a call failed with the store's fatal error and
+// that the error is the planted one.
+func checkFatalCall(t *testing.T, s *Store, what string, err error, planted string) {
+	t.Helper()
+	if !errors.Is(err, ErrFatal) {
+		t.Fatalf("%s = %v, want an error matching ErrFatal", what, err)
+	}
+	if s.Err() == nil || err.Error() != s.Err().Error() {
+		t.Fatalf("%s = %q, want the store's fatal error %v", what, err, s.Err())
+	}
+	if !strings.Contains(err.Error(), planted) {
+		t.Fatalf("%s = %q, want the planted error %q", what, err, planted)
+	}
+}
+
+// plantFatalf makes the Pebble event hook set by hook call Fatalf, the way
+// Pebble's own code does, once armed.
+func plantFatalf(armed *atomic.Bool, hook func(el *pebble.EventListener, fatalf func())) func(*pebble.Options) {
+	return func(po *pebble.Options) {
+		lg := po.Logger
+		hook(po.EventListener, func() {
+			if armed.Load() {
+				lg.Fatalf("planted Fatalf")
+			}
+		})
+	}
+}
+
+// TestFatalfOnWritePath: Pebble calls Fatalf synchronously inside a
+// write-path call of a Store method (here in DB.Ingest, from the flusher).
+// The method returns the fatal error; it does not hang and Fatalf does not
+// return into Pebble.
+func TestFatalfOnWritePath(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		wal  bool
+		call func(s *Store) error
+	}{
+		{"Flush", false, func(s *Store) error { return s.Flush() }},
+		{"Compact", true, func(s *Store) error { return s.Compact() }},
+		{"Close", true, func(s *Store) error { return s.Close() }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var armed atomic.Bool
+			opts := testOptions(vfs.NewMem())
+			opts.DisableWAL = !c.wal
+			opts.tune = plantFatalf(&armed, func(el *pebble.EventListener, fatalf func()) {
+				el.TableIngested = func(pebble.TableIngestInfo) { fatalf() }
+			})
+			s := mustOpen(t, "db", opts)
+			b := s.NewBatch()
+			for i := range uint64(1000) {
+				b.Put(1, keyOf(1, i), i)
+			}
+			if _, err := s.Commit(b, State{}); err != nil {
+				t.Fatal(err)
+			}
+			armed.Store(true)
+			err := within(t, c.name, func() error { return c.call(s) })
+			checkFatalCall(t, s, c.name, err, "planted Fatalf")
+			if _, err := s.Commit(b, State{}); !errors.Is(err, ErrFatal) {
+				t.Fatalf("Commit after the fatal error = %v", err)
+			}
+		})
+	}
+}
+
+// TestFatalfOnPebbleGoroutine: Pebble calls Fatalf on one of its own
+// goroutines (the flush that Compact waits for, or the compaction) while a
+// Store call waits for it and a Commit waits behind that call. Both return
+// the fatal error.
+func TestFatalfOnPebbleGoroutine(t *testing.T) {
+	var armed atomic.Bool
+	entered, proceed := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	opts := testOptions(vfs.NewMem())
+	opts.tune = plantFatalf(&armed, func(el *pebble.EventListener, fatalf func()) {
+		hold := func() {
+			if armed.Load() {
+				once.Do(func() { close(entered) })
+				<-proceed
+			}
+			fatalf()
+		}
+		el.FlushBegin = func(pebble.FlushInfo) { hold() }
+		el.CompactionBegin = func(pebble.CompactionInfo) { hold() }
+	})
+	s := mustOpen(t, "db", opts)
+	b := s.NewBatch()
+	for g := uint64(1); g <= 2; g++ {
+		for i := range uint64(1000) {
+			b.Put(g, keyOf(g, i), i)
+		}
+		if _, err := s.Commit(b, State{Generation: g}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeRuns(t, s)
+	// The floor's range deletion sits in Pebble's memtable: Compact makes
+	// Pebble flush it on a goroutine of its own first.
+	if err := s.Expire(2); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	compacted := make(chan error, 1)
+	go func() { compacted <- s.Compact() }()
+	select {
+	case <-entered:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Compact started no flush or compaction in Pebble")
+	}
+	committed := make(chan error, 1)
+	go func() {
+		b.Put(2, keyOf(2, 5000), 0)
+		_, err := s.Commit(b, State{Generation: 2})
+		committed <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case err := <-committed:
+		t.Fatalf("Commit returned %v while Compact held the store", err)
+	default:
+	}
+	close(proceed) // the Pebble goroutine calls Fatalf now
+	for _, c := range []struct {
+		what string
+		ch   chan error
+	}{{"Compact", compacted}, {"the waiting Commit", committed}} {
+		err := within(t, c.what, func() error { return <-c.ch })
+		checkFatalCall(t, s, c.what, err, "planted Fatalf")
+	}
+}
+
+// sstReadFS hands out sstables whose reads, once armed, call onRead first
+// and then return what it returns (corrupt data, or nothing at all).
+type sstReadFS struct {
+	vfs.FS
+	armed  atomic.Bool
+	onRead func(p []byte)
+}
+
+func (fs *sstReadFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.Open(name, opts...)
+	if err != nil || !strings.HasSuffix(name, ".sst") {
+		return f, err
+	}
+	return sstReadFile{File: f, fs: fs}, nil
+}
+
+type sstReadFile struct {
+	vfs.File
+	fs *sstReadFS
+}
+
+func (f sstReadFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	if f.fs.armed.Load() {
+		f.fs.onRead(p[:n])
+	}
+	return n, err
+}
+
+// readRuns fills a store with keys in runs and reopens it, so that its
+// reads come from disk. It returns the reopened store.
+func readRuns(t *testing.T, fs vfs.FS) *Store {
+	t.Helper()
+	opts := testOptions(fs)
+	s := mustOpen(t, "db", opts)
+	b := s.NewBatch()
+	for i := range uint64(20000) {
+		b.Put(1, keyOf(1, i), i)
+	}
+	if _, err := s.Commit(b, State{Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, s)
+	return mustOpen(t, "db", opts)
+}
+
+// TestReadCorruptionIsFatal: a read that finds a corrupt block returns the
+// store's fatal error on the caller's goroutine. Pebble's default reaction,
+// Fatalf from its DataCorruption event, would park the caller (the stage).
+func TestReadCorruptionIsFatal(t *testing.T) {
+	fs := &sstReadFS{FS: vfs.NewMem(), onRead: func(p []byte) {
+		for i := range p {
+			p[i] ^= 0x5a
+		}
+	}}
+	s := readRuns(t, fs)
+	fs.armed.Store(true)
+	err := within(t, "Lookup of a corrupt run", func() error {
+		for i := range uint64(20000) {
+			if _, _, _, err := s.Lookup(keyOf(1, i), []uint64{1}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	checkFatalCall(t, s, "Lookup", err, "data corruption")
+	fs.armed.Store(false)
+}
+
+// TestFatalfOnReadPath: in builds where Pebble compiles its read-path
+// invariant checks in, a Fatalf inside a read (here from the file read under
+// a Lookup, standing for a failed check in an iterator) makes the read
+// return the fatal error instead of parking the caller.
+func TestFatalfOnReadPath(t *testing.T) {
+	if readOnCaller {
+		t.Skip("reads run on the caller: Pebble's read path calls no Fatalf in this build (readpath.go); run with -race")
+	}
+	var lg pebble.Logger
+	fs := &sstReadFS{FS: vfs.NewMem(), onRead: func([]byte) { lg.Fatalf("planted Fatalf") }}
+	s := readRuns(t, fs)
+	lg = s.po.Logger
+	fs.armed.Store(true)
+	err := within(t, "Lookup", func() error {
+		for i := range uint64(20000) {
+			if _, _, _, err := s.Lookup(keyOf(1, i), []uint64{1}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	checkFatalCall(t, s, "Lookup", err, "planted Fatalf")
 }
 
 // TestEmptyFlushText makes Pebble flush an empty memtable and checks that

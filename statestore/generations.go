@@ -59,7 +59,7 @@ func (s *Store) Compact() error {
 			return err
 		}
 	}
-	return wrapErr(s.fatal.await(func() error {
+	return wrapErr(s.w.do(func() error {
 		return s.db.Compact(context.Background(), bucketsStart, bucketsEnd, true)
 	}), "statestore: compact")
 }
@@ -118,7 +118,9 @@ func (s *Store) DiskUsage() (n uint64) {
 	if s.usable() != nil {
 		return 0
 	}
-	var err error
-	defer s.fatal.recover(&err)
-	return s.db.Metrics().DiskSpaceUsage()
+	_ = s.read(func() error {
+		n = s.db.Metrics().DiskSpaceUsage()
+		return nil
+	})
+	return n
 }

@@ -218,7 +218,7 @@ func (l *runsLayout) settle() error {
 		return err
 	}
 	l.s.job = &flushJob{mem: newMemIndex(0), state: l.s.State(), floor: l.s.floorGen(), done: make(chan struct{})}
-	l.s.flushCh <- l.s.job
+	l.s.postFlush(l.s.job)
 	return l.s.awaitFlush()
 }
 

@@ -67,7 +67,9 @@ func (s *Store) handOverLoad() error {
 	job := &flushJob{loaded: s.loadBuf, state: st, floor: floor, done: make(chan struct{})}
 	s.loadBuf = nil
 	s.job = job
-	s.flushCh <- job
+	if !s.postFlush(job) {
+		return s.fatal.get()
+	}
 	return nil
 }
 

@@ -2,7 +2,6 @@ package statestore
 
 import (
 	"encoding/binary"
-	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -30,7 +29,6 @@ func (s *Store) OpenReader(rd *Reader) (err error) {
 	if err := s.usable(); err != nil {
 		return err
 	}
-	defer s.fatal.recover(&err)
 	if err := s.endLoad(); err != nil {
 		return err
 	}
@@ -40,11 +38,15 @@ func (s *Store) OpenReader(rd *Reader) (err error) {
 	// Pebble agree (see Store.viewMu).
 	s.viewMu.RLock()
 	active, imm, runs := s.active, s.imm, s.runs.Load()
-	it, err := s.db.NewIter(&r.opts)
+	var it *pebble.Iterator
+	err = s.read(func() (err error) {
+		it, err = s.db.NewIter(&r.opts)
+		return err
+	})
 	s.viewMu.RUnlock()
 	if err != nil {
 		s.readers.Put(r)
-		return fmt.Errorf("statestore: get: %w", err)
+		return s.readErr(err, "statestore: get")
 	}
 	*rd = Reader{s: s, r: r, it: it, active: active, imm: imm, runs: runs}
 	return nil
@@ -60,7 +62,6 @@ func (rd *Reader) Lookup(h partition.Hash, gens []uint64) (gen, version uint64, 
 	if err := rd.s.usable(); err != nil {
 		return 0, 0, false, err
 	}
-	defer rd.s.fatal.recover(&err)
 	floor := rd.s.floorGen()
 	for _, g := range gens {
 		if g < floor {
@@ -72,30 +73,45 @@ func (rd *Reader) Lookup(h partition.Hash, gens []uint64) (gen, version uint64, 
 		if v, ok := rd.imm.get(g, h); ok {
 			return g, v, true, nil
 		}
-		for i, r := range rd.runs.of(g) {
-			if i == 0 {
-				putRunKey(rd.r.key[:], g, r.id, h)
-			} else {
-				binary.BigEndian.PutUint64(rd.r.key[genPrefixLen:runPrefixLen], r.id)
-			}
-			// The comparer's Split is the whole key, so a prefix seek is an
-			// exact-match probe that can use the sstable Bloom filters.
-			if rd.it.SeekPrefixGE(rd.r.key[:]) {
-				v, err := rd.it.ValueAndErr()
-				if err == nil {
-					version, err = decodeVersion(v)
-				}
-				if err != nil {
-					return 0, 0, false, fmt.Errorf("statestore: get generation %d: %w", g, err)
-				}
-				return g, version, true, nil
-			}
-			if err := rd.it.Error(); err != nil {
-				return 0, 0, false, fmt.Errorf("statestore: get generation %d: %w", g, err)
-			}
+		if len(rd.runs.of(g)) == 0 {
+			continue
+		}
+		err = rd.s.read(func() (err error) {
+			version, found, err = rd.probeRuns(g, h)
+			return err
+		})
+		if err != nil {
+			return 0, 0, false, rd.s.readErr(err, "statestore: get generation %d", g)
+		}
+		if found {
+			return g, version, true, nil
 		}
 	}
 	return 0, 0, false, nil
+}
+
+// probeRuns probes the runs of generation g, newest first, for h.
+func (rd *Reader) probeRuns(g uint64, h partition.Hash) (version uint64, found bool, err error) {
+	for i, r := range rd.runs.of(g) {
+		if i == 0 {
+			putRunKey(rd.r.key[:], g, r.id, h)
+		} else {
+			binary.BigEndian.PutUint64(rd.r.key[genPrefixLen:runPrefixLen], r.id)
+		}
+		// The comparer's Split is the whole key, so a prefix seek is an
+		// exact-match probe that can use the sstable Bloom filters.
+		if rd.it.SeekPrefixGE(rd.r.key[:]) {
+			v, err := rd.it.ValueAndErr()
+			if err == nil {
+				version, err = decodeVersion(v)
+			}
+			return version, err == nil, err
+		}
+		if err := rd.it.Error(); err != nil {
+			return 0, false, err
+		}
+	}
+	return 0, false, nil
 }
 
 // IsOpen reports whether rd is open.
@@ -107,12 +123,19 @@ func (rd *Reader) Close() (err error) {
 	if rd.it == nil {
 		return nil
 	}
-	defer rd.s.fatal.recover(&err)
-	err = rd.it.Close()
+	if ferr := rd.s.fatal.get(); ferr != nil {
+		// Pebble's goroutines may be parked holding its locks: leave the
+		// iterator to the process's exit.
+		*rd = Reader{}
+		return ferr
+	}
+	it := rd.it
+	err = rd.s.read(it.Close)
 	rd.s.readers.Put(rd.r)
+	s := rd.s
 	*rd = Reader{}
 	if err != nil {
-		return fmt.Errorf("statestore: close reader: %w", err)
+		return s.readErr(err, "statestore: close reader")
 	}
 	return nil
 }

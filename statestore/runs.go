@@ -201,30 +201,30 @@ type flushJob struct {
 	done   chan struct{}
 }
 
-// flushLoop writes the memIndexes it is handed into runs, then merges runs
-// where a tier filled up. It is the only goroutine that changes Pebble after
-// Open, so flushes, merges and expiries are ordered.
-func (s *Store) flushLoop() {
-	defer close(s.loopDone)
-	for job := range s.flushCh {
+// postFlush queues job on the worker: it writes job's keys into runs, then
+// merges runs where a tier filled up. The worker is the only goroutine that
+// changes Pebble after Open, so flushes, merges and expiries are ordered. It
+// reports false once the store is fatal.
+func (s *Store) postFlush(job *flushJob) bool {
+	return s.w.post(func() {
 		job.err = s.runJob(func() error { return s.flushMem(job) })
 		close(job.done)
 		if job.err != nil {
-			continue
+			return
 		}
 		if err := s.runJob(s.mergeTiers); err != nil {
 			s.fatal.set(err)
 		}
-	}
+	})
 }
 
-// runJob runs fn, turning a Fatalf of Pebble into its error.
-func (s *Store) runJob(fn func() error) (err error) {
-	defer s.fatal.recover(&err)
+// runJob runs fn on the worker; any error of it is fatal (the caller must
+// restore the store from the output topic).
+func (s *Store) runJob(fn func() error) error {
 	if err := s.fatal.get(); err != nil {
 		return err
 	}
-	err = fn()
+	err := fn()
 	if err != nil && !errors.Is(err, ErrFatal) {
 		err = s.fatal.set(err)
 	}
@@ -391,7 +391,7 @@ func (s *Store) mergeRuns(runs []run) error {
 		}
 	}()
 	for _, r := range runs {
-		c, err := s.openRunCursor(r)
+		c, err := s.openRunCursor(r, onWorker)
 		if err != nil {
 			return err
 		}
@@ -430,22 +430,34 @@ func (s *Store) mergeRuns(runs []run) error {
 	return nil
 }
 
-// runCursor iterates one run in hash order.
+// runCursor iterates one run in hash order. Its Pebble calls go through
+// via: Store.read for a scan on the caller's behalf, onWorker for a merge,
+// which runs on the worker already.
 type runCursor struct {
-	it *pebble.Iterator
-	ok bool
-	h  partition.Hash
-	v  uint64
+	it  *pebble.Iterator
+	via func(func() error) error
+	ok  bool
+	h   partition.Hash
+	v   uint64
 }
 
-func (s *Store) openRunCursor(r run) (*runCursor, error) {
-	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: runStart(r.gen, r.id), UpperBound: runEnd(r.gen, r.id)})
+// onWorker runs fn where the caller is: on the worker.
+func onWorker(fn func() error) error { return fn() }
+
+func (s *Store) openRunCursor(r run, via func(func() error) error) (*runCursor, error) {
+	c := &runCursor{via: via}
+	err := via(func() (err error) {
+		c.it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: runStart(r.gen, r.id), UpperBound: runEnd(r.gen, r.id)})
+		if err == nil {
+			c.ok = c.it.First()
+			err = c.load()
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	c := &runCursor{it: it}
-	c.ok = it.First()
-	return c, c.load()
+	return c, nil
 }
 
 func (c *runCursor) load() error {
@@ -466,11 +478,13 @@ func (c *runCursor) load() error {
 }
 
 func (c *runCursor) next() error {
-	c.ok = c.it.Next()
-	return c.load()
+	return c.via(func() error {
+		c.ok = c.it.Next()
+		return c.load()
+	})
 }
 
-func (c *runCursor) close() error { return c.it.Close() }
+func (c *runCursor) close() error { return c.via(c.it.Close) }
 
 // mergeCursors calls fn for every distinct hash of mem (sorted entries, the
 // newest source) and srcs (newest first), in hash order; of a hash in

@@ -73,9 +73,8 @@ type Store struct {
 	loadBuf []entry     // keys of Loads not yet handed to the flusher (under wmu)
 	loading atomic.Bool // Loads not yet all in runs
 
-	flushCh     chan *flushJob
-	loopDone    chan struct{}
-	loopStarted bool
+	w     *worker // runs every write-path Pebble call (see worker)
+	reads *worker // runs the read-path Pebble calls where needed (see readOnCaller)
 
 	durableFloor uint64 // the floor recorded in Pebble (flusher only)
 
@@ -93,50 +92,55 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	fatal := newFatalState(opts.Logger)
+	w := startWorker(fatal)
 	cache, release := opts.blockCache()
 	defer release() // each DB holds its own reference
 	po := opts.pebbleOptions(cache, fatal)
 	dbDir := opts.FS.PathJoin(dir, "db")
+	fail := func(err error) (*Store, error) {
+		_ = w.stop()
+		return nil, err
+	}
 	if opts.ReadOnly {
 		po.ReadOnly = true
 		if _, err := opts.FS.Stat(dbDir); err != nil {
-			return nil, fmt.Errorf("%w in %s: %w", ErrNotExist, dir, err)
+			return fail(fmt.Errorf("%w in %s: %w", ErrNotExist, dir, err))
 		}
-	} else if err := createIfMissing(dbDir, &opts, po, fatal); err != nil {
-		return nil, fmt.Errorf("statestore: create %s: %w", dbDir, err)
+	} else if err := createIfMissing(dbDir, &opts, po, w); err != nil {
+		return fail(fmt.Errorf("statestore: create %s: %w", dbDir, err))
 	}
 	// Never let Pebble create a store in place: see createIfMissing.
 	po.ErrorIfNotExists = true
 	var db *pebble.DB
-	err := fatal.await(func() (err error) {
+	err := w.do(func() (err error) {
 		db, err = pebble.Open(dbDir, po)
 		return err
 	})
 	if err != nil {
 		if isLockError(err) {
-			return nil, fmt.Errorf("%w: %s: %w", ErrLocked, dbDir, err)
+			return fail(fmt.Errorf("%w: %s: %w", ErrLocked, dbDir, err))
 		}
-		return nil, fmt.Errorf("statestore: open %s: %w", dbDir, err)
+		return fail(fmt.Errorf("statestore: open %s: %w", dbDir, err))
 	}
 	s := &Store{
-		db:       db,
-		po:       po,
-		opts:     opts,
-		dir:      dir,
-		fatal:    fatal,
-		readers:  sync.Pool{New: newReader},
-		memKeys:  opts.memKeys(),
-		flushCh:  make(chan *flushJob, 1),
-		loopDone: make(chan struct{}),
+		db:      db,
+		po:      po,
+		opts:    opts,
+		dir:     dir,
+		fatal:   fatal,
+		readers: sync.Pool{New: newReader},
+		memKeys: opts.memKeys(),
+		w:       w,
 	}
-	if err := s.load(); err != nil {
-		if s.loopStarted {
-			close(s.flushCh)
-		}
+	s.startReads()
+	// load runs on the worker: it reads the metadata, deletes orphaned runs
+	// with a synced batch and may hand the replayed logs to the flusher,
+	// which is the worker too (its queue has room for that job).
+	if err := w.do(s.load); err != nil {
 		if cerr := s.closeDB(); cerr != nil && !errors.Is(err, ErrFatal) {
 			err = errors.Join(err, cerr)
 		}
-		return nil, fmt.Errorf("statestore: open %s: %w", dbDir, err)
+		return fail(fmt.Errorf("statestore: open %s: %w", dbDir, err))
 	}
 	return s, nil
 }
@@ -147,7 +151,7 @@ func Open(dir string, opts Options) (*Store, error) {
 // leave a MANIFEST marker without the MANIFEST, which it then refuses to
 // open; the error-injection test hit exactly that. A leftover of a crashed
 // creation is removed.
-func createIfMissing(dbDir string, opts *Options, po *pebble.Options, fatal *fatalState) error {
+func createIfMissing(dbDir string, opts *Options, po *pebble.Options, w *worker) error {
 	fs := opts.FS
 	tmp := dbDir + ".creating"
 	if err := fs.RemoveAll(tmp); err != nil {
@@ -163,7 +167,7 @@ func createIfMissing(dbDir string, opts *Options, po *pebble.Options, fatal *fat
 		return err
 	}
 	format := formatRecord(opts.VersionMode)
-	if err := fatal.await(func() error {
+	if err := w.do(func() error {
 		db, err := pebble.Open(tmp, po)
 		if err != nil {
 			return err
@@ -209,7 +213,6 @@ func formatRecord(versionMode bool) []byte {
 // load reads the metadata (format, state, floor, runs), removes what a
 // crash left half done, replays the commit logs and starts the flusher.
 func (s *Store) load() (err error) {
-	defer s.fatal.recover(&err)
 	want := formatRecord(s.opts.VersionMode)
 	v, ok, err := s.getMeta(metaFormatKey)
 	switch {
@@ -331,8 +334,6 @@ func (s *Store) recoverLogs() error {
 	if s.opts.ReadOnly {
 		return nil
 	}
-	go s.flushLoop()
-	s.loopStarted = true
 	if len(nums) > 0 {
 		// The replayed keys go to the flusher like a full index: readers
 		// find them there at once, Open does not wait for their runs, and
@@ -391,7 +392,9 @@ func (s *Store) handOver(closing bool) error {
 	s.active = newMemIndex(0)
 	s.viewMu.Unlock()
 	s.job = job
-	s.flushCh <- job
+	if !s.postFlush(job) {
+		return s.fatal.get()
+	}
 	if !closing && !s.opts.DisableWAL {
 		return s.newLog()
 	}
@@ -536,7 +539,6 @@ func (s *Store) ScanGeneration(gen uint64, fn func(h partition.Hash, version uin
 	if err := s.usable(); err != nil {
 		return err
 	}
-	defer s.fatal.recover(&err)
 	if err := s.endLoad(); err != nil {
 		return err
 	}
@@ -551,15 +553,15 @@ func (s *Store) ScanGeneration(gen uint64, fn func(h partition.Hash, version uin
 	defer func() {
 		for _, c := range srcs {
 			if cerr := c.close(); err == nil && cerr != nil {
-				err = fmt.Errorf("statestore: scan generation %d: %w", gen, cerr)
+				err = s.readErr(cerr, "statestore: scan generation %d", gen)
 			}
 		}
 	}()
 	for _, r := range rs.of(gen) {
-		c, err := s.openRunCursor(r)
+		c, err := s.openRunCursor(r, s.read)
 		if err != nil {
 			s.viewMu.RUnlock()
-			return fmt.Errorf("statestore: scan generation %d: %w", gen, err)
+			return s.readErr(err, "statestore: scan generation %d", gen)
 		}
 		srcs = append(srcs, c)
 	}
@@ -569,7 +571,7 @@ func (s *Store) ScanGeneration(gen uint64, fn func(h partition.Hash, version uin
 		mem = mergeMem(mem, immEs)
 	}
 	if err := mergeCursors(srcs, mem, fn); err != nil {
-		return wrapErr(err, "statestore: scan generation %d", gen)
+		return s.readErr(err, "statestore: scan generation %d", gen)
 	}
 	return nil
 }
@@ -639,6 +641,10 @@ func (s *Store) Close() error {
 	if err := s.finishLoad(); err != nil {
 		return err
 	}
+	// durableFloor is the flusher's: wait for its last job before reading it.
+	if err := s.awaitFlush(); err != nil {
+		return err
+	}
 	var ferr error
 	if s.active.len() > 0 || s.floor > s.durableFloor || s.log != nil {
 		ferr = s.handOver(true)
@@ -649,16 +655,22 @@ func (s *Store) Close() error {
 			return ferr
 		}
 	}
-	close(s.flushCh)
-	select {
-	case <-s.loopDone:
-	case <-s.fatal.dead:
-		return s.fatal.get()
-	}
+	// Queued behind the merges the last flush started.
 	if err := s.closeDB(); err != nil {
 		return errors.Join(ferr, err)
 	}
 	return ferr
 }
 
-func (s *Store) closeDB() error { return s.fatal.await(s.db.Close) }
+// closeDB closes Pebble on the worker, then ends the worker and the read
+// worker.
+func (s *Store) closeDB() error {
+	err := s.w.do(s.db.Close)
+	if err != nil {
+		return err
+	}
+	if err := s.w.stop(); err != nil {
+		return err
+	}
+	return s.stopReads()
+}
