@@ -452,8 +452,9 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 }
 
 // snapshotEvery is how often a stage writes its Bloom snapshot between
-// cycles: after a crash, Open starts from it and scans only the store
-// generations written since, instead of the whole store.
+// cycles: after a crash, Open starts from it and adds only the keys the
+// store received since (statestore.Store.ScanSince), instead of scanning
+// the whole store.
 const snapshotEvery = time.Minute
 
 // snapshot writes the Bloom snapshot when the last one is snapshotEvery

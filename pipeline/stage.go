@@ -149,26 +149,30 @@ func (s *Stage) loadFilter(seq uint64) error {
 	return s.rebuildFilter(cfg)
 }
 
-// catchUpFilter brings a snapshot of an earlier commit up to commit seq.
-// Every key committed after the snapshot went into a generation at or after
-// the snapshot's current one. A snapshot is only written when its current
-// generation is the one its commit recorded (see writeSnapshot); each commit
-// records the generation it wrote into, a stage resumes at the last recorded
-// one and only moves forward, so the recorded generations never go down.
-// So only those generations are scanned again; the older ones are as the
-// snapshot saw them, less what has expired since.
+// catchUpFilter brings a snapshot of an earlier commit up to commit seq:
+// it adds the keys the store may have received since the snapshot's mark
+// (statestore.Store.ScanSince: the keys in memory, replayed from the
+// commit log after a crash, and the runs written since), so its cost
+// follows the work since the snapshot, not the store's size. Keys of
+// generations the window has left since are skipped by AddTo. The
+// snapshot's current generation is at most s.cur (the caller checks): a
+// snapshot is only written when its current generation is the one its
+// commit recorded (see writeSnapshot), and the recorded generations never
+// go down.
 func (s *Stage) catchUpFilter(f *filter.Filter, seq uint64) error {
 	start, snapSeq := time.Now(), f.Tag()
-	from := max(f.Current(), s.win.oldestLive(s.cur))
 	f.Advance(s.cur)
-	keys, err := s.scanInto(f, from)
+	keys, err := s.store.ScanSince(statestore.Mark{Seq: snapSeq, NextRun: f.Mark()}, func(g uint64, h partition.Hash) error {
+		f.AddTo(g, h)
+		return nil
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("pipeline: catch up bloom front: %w", err)
 	}
 	f.SetTag(seq)
 	s.filter = f
-	s.log.Info("bloom front restored from an older snapshot and the newest generations of the store",
-		"dir", s.dir, "snapshot_seq", snapSeq, "store_seq", seq, "generations_scanned", s.cur-from+1, "keys", keys, "took", time.Since(start))
+	s.log.Info("bloom front restored from an older snapshot and the store's keys since",
+		"dir", s.dir, "snapshot_seq", snapSeq, "store_seq", seq, "keys", keys, "took", time.Since(start))
 	return nil
 }
 
@@ -225,11 +229,12 @@ func (s *Stage) SaveSnapshot() error {
 // snapshot as it is, and starting from it after later commits could miss
 // keys they wrote into the older generation.
 func (s *Stage) writeSnapshot() error {
-	st := s.store.State()
-	if s.cur != st.Generation {
+	m := s.store.Mark()
+	if s.cur != s.store.State().Generation {
 		return nil
 	}
-	s.filter.SetTag(st.Seq)
+	s.filter.SetTag(m.Seq)
+	s.filter.SetMark(m.NextRun)
 	if err := filter.SaveFile(filepath.Join(s.dir, SnapshotFile), s.filter); err != nil {
 		return fmt.Errorf("pipeline: save bloom snapshot: %w", err)
 	}
