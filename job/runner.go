@@ -316,16 +316,8 @@ func (r *runner) recover(ctx context.Context) error {
 	r.outNext = from
 	if from < offs.LastStable {
 		start := time.Now()
-		err := r.out.ReadRange(ctx, from, fetch.ToLastStable, func(b *fetch.Batch) error {
-			r.recs = convert(r.recs, b)
-			if err := r.stage.Restore(r.recs, r.checkpoint(resume, b.NextOffset)); err != nil {
-				return &fatalError{err}
-			}
-			restored += len(b.Records)
-			r.met.restored(from, offs.LastStable, b)
-			r.j.opts.failpoint(testhook.Restored)
-			return nil
-		})
+		var err error
+		restored, err = r.restoreOutput(ctx, from, offs.LastStable, resume)
 		if err != nil {
 			return fmt.Errorf("restore from output %s/%d: %w", r.j.cfg.Output.Topic, r.p, err)
 		}

@@ -22,7 +22,23 @@ var benchRecord = &Record{
 	},
 }
 
+// flatRecord is the shape of the restore benchmark's output records: a
+// small flat event, the key its first member.
+var flatRecord = &Record{Value: []byte(`{"order_id":"o-4242424","msg_id":"m-4242424","amount":4242424}`)}
+
 func BenchmarkExtract(b *testing.B) {
+	b.Run("json_flat", func(b *testing.B) {
+		e := mustExtractor(b, DefaultMaxKeyLen, "json:order_id")
+		dst := make([]byte, 0, 128)
+		b.SetBytes(int64(len(flatRecord.Value)))
+		b.ReportAllocs()
+		for b.Loop() {
+			var err error
+			if dst, err = e.Extract(dst[:0], flatRecord); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	cases := []struct {
 		name   string
 		fields []string

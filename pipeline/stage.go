@@ -60,6 +60,9 @@ type Stage struct {
 	reader statestore.Reader // open during Process once a key needs confirming
 	cands  []uint64
 	err    error // sticky: a failed store stops the stage
+
+	restoreKeyer *RestoreKeyer // Restore's, made on first use
+	restored     Restored
 }
 
 // Open opens (or creates) the stage state in dir and makes the Bloom front
@@ -241,20 +244,6 @@ func (s *Stage) writeSnapshot() error {
 	return nil
 }
 
-// advance moves the stage clock to the newest time of a batch and rotates
-// generations: Restore's clock, which keeps restored keys at least as long
-// as the batch's newest record.
-func (s *Stage) advance(in []Record) {
-	wall := s.clock().UnixMilli()
-	if s.cfg.TimeBase == ProcessingTime {
-		s.tick(wall)
-		return
-	}
-	for i := range in {
-		s.tick(s.recordTime(&in[i], wall))
-	}
-}
-
 // recordTime is r's time on the stage clock: its timestamp, or the wall
 // clock for a timestamp more than MaxFutureSkew ahead of it.
 func (s *Stage) recordTime(r *Record, wall int64) int64 {
@@ -408,43 +397,6 @@ func (s *Stage) Commit(checkpoint []byte) error {
 func (s *Stage) Abort() {
 	clear(s.cycle)
 	s.batch.Reset()
-}
-
-// Restore records keys that the committed output holds but the store does
-// not (the store lags the output after a crash). in are the output records
-// read back from the checkpoint's output offset; checkpoint is committed
-// with them.
-func (s *Stage) Restore(in []Record, checkpoint []byte) error {
-	if s.err != nil {
-		return s.err
-	}
-	s.Abort()
-	s.advance(in)
-	// A bulk load: the keys go straight into the store's batch (the last
-	// Put of a key wins, as the output's newest version must) and the Bloom
-	// front, without the cycle's collapse map, which a restore never reads;
-	// the store sorts them into runs (statestore.Store.Load) and makes them
-	// visible before any later read.
-	for i := range in {
-		key, version, err := s.keyer.identity(&in[i])
-		if err != nil {
-			s.batch.Reset()
-			return fmt.Errorf("pipeline: restore: output record %d: %w", i, err)
-		}
-		h := partition.HashKey(key)
-		s.filter.Add(h)
-		s.batch.Put(s.cur, h, version)
-	}
-	if _, err := s.store.Load(s.batch, statestore.State{Generation: s.cur, Checkpoint: checkpoint}); err != nil {
-		s.err = fmt.Errorf("pipeline: restore: %w", err)
-		return s.err
-	}
-	// A no-op unless the window moved since the store's last expiry.
-	if err := s.store.Expire(s.win.oldestLive(s.cur)); err != nil {
-		s.err = fmt.Errorf("pipeline: restore: expire: %w", err)
-		return s.err
-	}
-	return nil
 }
 
 // State is the store's last committed state: its checkpoint is what the
