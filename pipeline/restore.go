@@ -37,10 +37,13 @@ type RestoreKeyer struct {
 	keyer *Keyer
 }
 
-// NewRestoreKeyer returns a RestoreKeyer for the stage's configuration.
+// NewRestoreKeyer returns a RestoreKeyer for the stage's configuration. It
+// reads keys as partition.Extractor.ExtractTrusted does: the output holds
+// records a stage keyed, and validated, once already.
 func (s *Stage) NewRestoreKeyer() *RestoreKeyer {
 	k := *s.keyer
 	k.buf = make([]byte, 0, cap(s.keyer.buf))
+	k.trusted = true
 	return &RestoreKeyer{keyer: &k}
 }
 
