@@ -55,14 +55,20 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 				return &fatalError{err}
 			}
 			kb.next, kb.n = b.NextOffset, len(b.Records)
-			full <- kb // room for every batch not in free
-			return nil
+			select {
+			case full <- kb:
+				return nil
+			case <-ctx.Done(): // the caller returned (or panicked) early
+				return ctx.Err()
+			}
 		})
 	}()
 	var (
 		restored int
 		applyErr error
 	)
+	// Drained to the end, even after an error: the reader then stops at
+	// its next batch and closes full.
 	for kb := range full {
 		if applyErr == nil {
 			if err := r.stage.RestoreKeyed(&kb.keys, r.checkpoint(resume, kb.next)); err != nil {
