@@ -1,10 +1,6 @@
 package statestore
 
-import (
-	"fmt"
-
-	"github.com/dedupstream/dedupstream/partition"
-)
+import "github.com/dedupstream/dedupstream/partition"
 
 // Mark is a point in the store's history that ScanSince can start from:
 // the commit sequence, and the id the next run gets. Run ids only grow, so
@@ -46,7 +42,6 @@ func (s *Store) ScanSince(m Mark, fn func(gen uint64, h partition.Hash) error) (
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	defer s.fatal.recover(&err)
 	if err := s.endLoad(); err != nil {
 		return 0, err
 	}
@@ -60,7 +55,7 @@ func (s *Store) ScanSince(m Mark, fn func(gen uint64, h partition.Hash) error) (
 	defer func() {
 		for _, c := range srcs {
 			if cerr := c.close(); err == nil && cerr != nil {
-				err = fmt.Errorf("statestore: scan since seq %d: %w", m.Seq, cerr)
+				err = s.readErr(cerr, "statestore: scan since seq %d", m.Seq)
 			}
 		}
 	}()
@@ -72,10 +67,10 @@ func (s *Store) ScanSince(m Mark, fn func(gen uint64, h partition.Hash) error) (
 			if r.id < m.NextRun {
 				break // newest first: the rest are older still
 			}
-			c, err := s.openRunCursor(r)
+			c, err := s.openRunCursor(r, s.read)
 			if err != nil {
 				s.viewMu.RUnlock()
-				return keys, fmt.Errorf("statestore: scan since seq %d: run %d of generation %d: %w", m.Seq, r.id, gen, err)
+				return keys, s.readErr(err, "statestore: scan since seq %d: run %d of generation %d", m.Seq, r.id, gen)
 			}
 			srcs, gens = append(srcs, c), append(gens, gen)
 		}
@@ -106,7 +101,7 @@ func (s *Store) ScanSince(m Mark, fn func(gen uint64, h partition.Hash) error) (
 			}
 			keys++
 			if err := c.next(); err != nil {
-				return keys, fmt.Errorf("statestore: scan since seq %d: generation %d: %w", m.Seq, gens[i], err)
+				return keys, s.readErr(err, "statestore: scan since seq %d: generation %d", m.Seq, gens[i])
 			}
 		}
 	}
