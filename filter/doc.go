@@ -88,8 +88,9 @@
 // tests positive and is listed in Candidates for that generation.
 //
 // The filter knows only what it was given. After ReadFrom the stage replays
-// with AddTo the store entries committed after Tag(), and after a failed
-// restore it rebuilds from a full scan.
+// with AddTo the store entries committed after Tag() (those in memory and
+// in the runs numbered Mark() or later), and after a failed restore it
+// rebuilds from a full scan.
 //
 // A Filter is not safe for concurrent use; it belongs to one stage.
 //
@@ -99,7 +100,7 @@
 //
 //	offset size
 //	 0      8   magic "DSBLOOM\x00"
-//	 8      2   format version (2)
+//	 8      2   format version (3)
 //	10      2   flags: bit 0 set if bitset words are little-endian
 //	12      4   generations
 //	16      8   keys per generation
@@ -108,7 +109,8 @@
 //	40      8   k, its probes
 //	48      8   tag
 //	56      8   current generation
-//	64      4   CRC-32C of bytes 0-63
+//	64      8   mark
+//	72      4   CRC-32C of bytes 0-71
 //	then for each live generation, newest first:
 //	        8   generation
 //	        8   Add/AddTo calls
@@ -122,10 +124,10 @@
 // against it before reading its bits, so a damaged count cannot make it
 // allocate more than the configuration allows. ReadFrom accepts a snapshot
 // only for an identical Config, the same m and k and the same process-wide
-// bitset byte order; otherwise it returns a *MismatchError. Format 1 (one
-// classic bitset per generation, before generations grew) is refused with a
-// *MismatchError too: the stage then rebuilds the filter from a scan of the
-// store, once, after the upgrade. Bad magic, checksums, sizes or generation
+// bitset byte order; otherwise it returns a *MismatchError. Formats 1 (one
+// classic bitset per generation, before generations grew) and 2 (without
+// the mark) are refused with a *MismatchError too: the stage then rebuilds
+// the filter from a scan of the store, once, after the upgrade. Bad magic, checksums, sizes or generation
 // numbers and truncation give a *CorruptError. ReadConfig checks the same
 // header as ReadFrom. SaveFile writes through a temporary file, fsync and
 // rename; LoadFile also rejects trailing bytes.

@@ -28,6 +28,7 @@ type Filter struct {
 	slots []slot
 	grown uint64 // bit i set: slots[i] has more than one sub-filter
 	tag   uint64
+	mark  uint64
 }
 
 // slot is one generation: its first sub-filter, which every generation has
@@ -228,6 +229,15 @@ func (f *Filter) Tag() uint64 { return f.tag }
 // state-store commit sequence the filter covers, so that after ReadFrom it
 // knows which later store entries to replay with AddTo.
 func (f *Filter) SetTag(tag uint64) { f.tag = tag }
+
+// Mark returns the caller's second tag, saved with snapshots.
+func (f *Filter) Mark() uint64 { return f.mark }
+
+// SetMark sets a second opaque value saved with snapshots. The pipeline
+// stores the state store's next run id at Tag (statestore.Mark), so that
+// after a crash it replays only the runs written since, not whole
+// generations.
+func (f *Filter) SetMark(mark uint64) { f.mark = mark }
 
 // String describes the filter for logs.
 func (f *Filter) String() string {

@@ -16,8 +16,8 @@ import (
 // Snapshot layout; see the package documentation.
 const (
 	snapshotMagic   = "DSBLOOM\x00"
-	snapshotVersion = 2  // 1: one bitset per generation, before generations grew
-	headerLen       = 64 // fields covered by the header checksum
+	snapshotVersion = 3  // 1: one bitset per generation, before generations grew; 2: without the mark
+	headerLen       = 72 // fields covered by the header checksum
 	genHeaderLen    = 20 // gen, added, sub-filters
 	bloomHeaderLen  = 24 // bloom m, k and bitset length, as bloom.WriteTo writes them
 
@@ -42,6 +42,7 @@ func (f *Filter) WriteTo(w io.Writer) (int64, error) {
 	binary.BigEndian.PutUint64(hdr[40:], f.k)
 	binary.BigEndian.PutUint64(hdr[48:], f.tag)
 	binary.BigEndian.PutUint64(hdr[56:], f.cur)
+	binary.BigEndian.PutUint64(hdr[64:], f.mark)
 	binary.BigEndian.PutUint32(hdr[headerLen:], crc32.Checksum(hdr[:headerLen], castagnoli))
 	if _, err := cw.Write(hdr[:]); err != nil {
 		return cw.n, fmt.Errorf("filter: write snapshot: %w", err)
@@ -77,6 +78,7 @@ type header struct {
 	cfg            Config
 	order          uint16 // flags: bitset byte order
 	m, k, tag, cur uint64
+	mark           uint64
 }
 
 // readHeader reads the header of a snapshot and checks its magic, format
@@ -106,6 +108,7 @@ func readHeader(cr *crcReader) (header, error) {
 		k:     binary.BigEndian.Uint64(hdr[40:]),
 		tag:   binary.BigEndian.Uint64(hdr[48:]),
 		cur:   binary.BigEndian.Uint64(hdr[56:]),
+		mark:  binary.BigEndian.Uint64(hdr[64:]),
 	}, nil
 }
 
@@ -145,7 +148,7 @@ func ReadFrom(r io.Reader, cfg Config) (*Filter, error) {
 		}
 	}
 
-	f.tag = h.tag
+	f.tag, f.mark = h.tag, h.mark
 	idx := f.head
 	for i := range f.nlive {
 		if err := f.readSlot(cr, idx, f.cur-uint64(i)); err != nil {

@@ -26,6 +26,7 @@ func snapFilter(t *testing.T, cfg Config) *Filter {
 		}
 	}
 	f.SetTag(0xfeedface)
+	f.SetMark(0x5eed)
 	return f
 }
 
@@ -46,9 +47,9 @@ func snapshotBytes(t *testing.T, f *Filter) []byte {
 // absent, and their state.
 func requireSameAnswers(t *testing.T, want, got *Filter) {
 	t.Helper()
-	if got.Current() != want.Current() || got.Tag() != want.Tag() || got.Config() != want.Config() {
-		t.Fatalf("restored current %d tag %d config %+v, want %d %d %+v",
-			got.Current(), got.Tag(), got.Config(), want.Current(), want.Tag(), want.Config())
+	if got.Current() != want.Current() || got.Tag() != want.Tag() || got.Mark() != want.Mark() || got.Config() != want.Config() {
+		t.Fatalf("restored current %d tag %d mark %d config %+v, want %d %d %d %+v",
+			got.Current(), got.Tag(), got.Mark(), got.Config(), want.Current(), want.Tag(), want.Mark(), want.Config())
 	}
 	if !slices.Equal(got.Stats(), want.Stats()) {
 		t.Fatalf("restored Stats %+v, want %+v", got.Stats(), want.Stats())
@@ -200,9 +201,10 @@ func TestSnapshotConfigMismatch(t *testing.T) {
 		}
 	})
 	t.Run("format version", func(t *testing.T) {
-		// Version 1 (one bitset per generation, before generations grew) is
-		// refused like any other: the stage rebuilds from the store.
-		for _, v := range []uint16{1, snapshotVersion + 1} {
+		// Versions 1 (one bitset per generation, before generations grew)
+		// and 2 (no mark) are refused like any other: the stage rebuilds
+		// from the store.
+		for _, v := range []uint16{1, 2, snapshotVersion + 1} {
 			other := slices.Clone(data)
 			binary.BigEndian.PutUint16(other[8:], v)
 			_, err := ReadFrom(bytes.NewReader(other), snapCfg)

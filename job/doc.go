@@ -113,8 +113,12 @@
 //  3. The store's checkpoint: the next output offset it has seen.
 //  4. If that is below the output partition's last stable offset, the
 //     committed output from there on is read back read_committed and its
-//     keys are put into the store (pipeline.Stage.Restore), batch by batch,
-//     each batch with its checkpoint, so a crash mid-restore resumes.
+//     keys are put into the store, batch by batch, each batch with its
+//     checkpoint, so a crash mid-restore resumes. The reading goroutine
+//     keys each batch (pipeline.RestoreKeyer: the records were validated
+//     when first keyed, so the key is read without validating the text
+//     again) while the stage records the previous one
+//     (pipeline.Stage.RestoreKeyed, a bulk load into sorted runs).
 //     A store ahead of the output (the output topic was recreated) is
 //     refused with an error naming the state directory to remove.
 //  5. Input resumes at the committed offset; without one (first start, or

@@ -230,6 +230,11 @@ func readState(stage *pipeline.Stage) stateStats {
 // the read started at from and runs to offset to. It keeps the restore
 // gauges and logs progress every progress.LineInterval.
 func (m *stageMetrics) restored(from, to int64, b *fetch.Batch) {
+	m.restoredUpTo(from, to, b.NextOffset, len(b.Records))
+}
+
+// restoredUpTo is restored for a batch of n records that ends at next.
+func (m *stageMetrics) restoredUpTo(from, to, next int64, n int) {
 	if m.restoreProg == nil || m.restoreFrom != from {
 		m.restoreFrom = from
 		m.restoreProg = progress.NewFunc("restore", to-from, progress.LineInterval, func(s progress.Snapshot, final bool) {
@@ -239,9 +244,9 @@ func (m *stageMetrics) restored(from, to int64, b *fetch.Batch) {
 			}
 		})
 	}
-	done := b.NextOffset - from
+	done := next - from
 	m.restoreProg.Set(done)
-	left := max(to-b.NextOffset, 0)
+	left := max(to-next, 0)
 	if left == 0 {
 		m.restoreProg.Finish()
 		m.restoreProg, m.restoreFrom = nil, -1
@@ -249,8 +254,8 @@ func (m *stageMetrics) restored(from, to int64, b *fetch.Batch) {
 	pm := m.pm
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
-	pm.restored += uint64(len(b.Records))
-	pm.storeWrites += uint64(len(b.Records))
+	pm.restored += uint64(n)
+	pm.storeWrites += uint64(n)
 	pm.restoreLeft = left
 	pm.restoreFrac = 1
 	if to > from {

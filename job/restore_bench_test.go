@@ -66,14 +66,25 @@ state: {dir: %s}
 	if err != nil {
 		b.Fatal(err)
 	}
+	// The runner's stores take their cache and memtables from the run's
+	// memory budget, as in Run.
+	if err := j.openMemory(); err != nil {
+		b.Fatal(err)
+	}
+	defer j.closeMemory()
+	j.planMemory(1)
 	lay := layout{partitions: 1, dlqPartitions: 1}
 	ctx := context.Background()
-	report := func(b *testing.B, keys int, took time.Duration) {
+	// report takes the wall time and the process CPU time (broker
+	// included: it serves the reads in this process) since start.
+	report := func(b *testing.B, keys int, start time.Time, cpu time.Duration) {
+		took, used := time.Since(start), cpuTime()-cpu
 		if keys != n {
 			b.Fatalf("handled %d keys, want %d", keys, n)
 		}
 		b.ReportMetric(float64(keys)/took.Seconds(), "keys/s")
 		b.ReportMetric(took.Seconds(), "s/restore")
+		b.ReportMetric(float64(used.Nanoseconds())/1e3/float64(keys), "cpu-us/key")
 	}
 
 	b.Run("read", func(b *testing.B) {
@@ -82,7 +93,7 @@ state: {dir: %s}
 			if err != nil {
 				b.Fatal(err)
 			}
-			start, keys := time.Now(), 0
+			start, cpu, keys := time.Now(), cpuTime(), 0
 			err = f.ReadRange(ctx, 0, fetch.ToLastStable, func(bt *fetch.Batch) error {
 				keys += len(bt.Records)
 				return nil
@@ -90,7 +101,7 @@ state: {dir: %s}
 			if err != nil {
 				b.Fatal(err)
 			}
-			report(b, keys, time.Since(start))
+			report(b, keys, start, cpu)
 		}
 	})
 	b.Run("restore", func(b *testing.B) {
@@ -100,11 +111,11 @@ state: {dir: %s}
 			if err := r.open(); err != nil {
 				b.Fatal(err)
 			}
-			before, start := j.Stats().Restored, time.Now()
+			before, start, cpu := j.Stats().Restored, time.Now(), cpuTime()
 			if err := r.recover(ctx); err != nil {
 				b.Fatal(err)
 			}
-			report(b, int(j.Stats().Restored-before), time.Since(start))
+			report(b, int(j.Stats().Restored-before), start, cpu)
 			r.stage.Close()
 		}
 	})
@@ -125,7 +136,7 @@ state: {dir: %s}
 				total pipeline.Counts
 				since int
 			)
-			start := time.Now()
+			start, cpu := time.Now(), cpuTime()
 			err = f.ReadRange(ctx, 0, fetch.ToLastStable, func(bt *fetch.Batch) error {
 				var c pipeline.Counts
 				decs, c, err = stage.Process(convert(r.recs, bt), decs[:0])
@@ -142,7 +153,7 @@ state: {dir: %s}
 			if err != nil {
 				b.Fatal(err)
 			}
-			report(b, int(total.Emitted), time.Since(start))
+			report(b, int(total.Emitted), start, cpu)
 			stage.Close()
 		}
 	})

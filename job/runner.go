@@ -316,16 +316,8 @@ func (r *runner) recover(ctx context.Context) error {
 	r.outNext = from
 	if from < offs.LastStable {
 		start := time.Now()
-		err := r.out.ReadRange(ctx, from, fetch.ToLastStable, func(b *fetch.Batch) error {
-			r.recs = convert(r.recs, b)
-			if err := r.stage.Restore(r.recs, r.checkpoint(resume, b.NextOffset)); err != nil {
-				return &fatalError{err}
-			}
-			restored += len(b.Records)
-			r.met.restored(from, offs.LastStable, b)
-			r.j.opts.failpoint(testhook.Restored)
-			return nil
-		})
+		var err error
+		restored, err = r.restoreOutput(ctx, from, offs.LastStable, resume)
 		if err != nil {
 			return fmt.Errorf("restore from output %s/%d: %w", r.j.cfg.Output.Topic, r.p, err)
 		}
@@ -452,8 +444,9 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 }
 
 // snapshotEvery is how often a stage writes its Bloom snapshot between
-// cycles: after a crash, Open starts from it and scans only the store
-// generations written since, instead of the whole store.
+// cycles: after a crash, Open starts from it and adds only the keys the
+// store received since (statestore.Store.ScanSince), instead of scanning
+// the whole store.
 const snapshotEvery = time.Minute
 
 // snapshot writes the Bloom snapshot when the last one is snapshotEvery

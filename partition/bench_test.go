@@ -22,7 +22,35 @@ var benchRecord = &Record{
 	},
 }
 
+// flatRecord is the shape of the restore benchmark's output records: a
+// small flat event, the key its first member.
+var flatRecord = &Record{Value: []byte(`{"order_id":"o-4242424","msg_id":"m-4242424","amount":4242424}`)}
+
 func BenchmarkExtract(b *testing.B) {
+	// json_flat is the live path (the whole text validated), trusted the
+	// restore's (ExtractTrusted), on the same record.
+	for _, trusted := range []bool{false, true} {
+		name := "json_flat"
+		if trusted {
+			name += "_trusted"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := mustExtractor(b, DefaultMaxKeyLen, "json:order_id")
+			extract := e.Extract
+			if trusted {
+				extract = e.ExtractTrusted
+			}
+			dst := make([]byte, 0, 128)
+			b.SetBytes(int64(len(flatRecord.Value)))
+			b.ReportAllocs()
+			for b.Loop() {
+				var err error
+				if dst, err = extract(dst[:0], flatRecord); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 	cases := []struct {
 		name   string
 		fields []string

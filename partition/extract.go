@@ -175,6 +175,11 @@ func (e *Extractor) MaxKeyLen() int {
 // On failure it returns dst unchanged and a *KeyError. Extract does not
 // allocate when dst has room for the key.
 func (e *Extractor) Extract(dst []byte, r *Record) ([]byte, error) {
+	return e.extract(dst, r, locate)
+}
+
+// extract is Extract with the function that finds a field's value.
+func (e *Extractor) extract(dst []byte, r *Record, locate func(*Field, *Record) (jsonValue, Reason, int)) ([]byte, error) {
 	start := len(dst)
 	composite := len(e.fields) > 1
 	for i := range e.fields {

@@ -220,6 +220,7 @@ func BenchmarkReopen(b *testing.B) {
 				e := openBenchEnv(b, keys, false)
 				cfg, opts := e.stage.cfg, Options{Clock: e.stage.clock}
 				path := filepath.Join(e.dir, SnapshotFile)
+				m := newOpenMeter(b)
 				b.ResetTimer()
 				for range b.N {
 					b.StopTimer()
@@ -264,13 +265,13 @@ func BenchmarkReopen(b *testing.B) {
 						}
 					}
 					b.StartTimer()
-					st, err := Open(e.dir, cfg, opts)
-					if err != nil {
-						b.Fatal(err)
-					}
-					e.stage = st
+					m.open(b, func() (err error) {
+						e.stage, err = Open(e.dir, cfg, opts)
+						return err
+					})
 				}
 				b.ReportMetric(float64(keys)*float64(b.N)/b.Elapsed().Seconds(), "keys/s")
+				m.report(b)
 			})
 		}
 	}

@@ -67,14 +67,23 @@
 //
 // # Recovery
 //
-// Open loads the Bloom snapshot written by the last clean Close. The snapshot
-// is consumed (deleted) as it is read and is used only if it covers exactly
-// the store's last commit; otherwise, after a crash, the filter is rebuilt by
-// scanning the live generations of the store. Either way every key in the
-// store is covered by the filter before the first record is decided. The
+// Open loads the Bloom snapshot written by the last clean Close or by the
+// job's periodic SaveSnapshot. The snapshot is consumed (deleted) as it is
+// read. One that covers exactly the store's last commit is used as it is;
+// an older one (a crash since the periodic snapshot) is caught up with the
+// keys the store received since it: the snapshot saves the store's Mark
+// (commit sequence and next run id), and statestore.Store.ScanSince visits
+// the keys in memory (the commit log's tail, replayed) and in the runs
+// written since, so a restart after kill -9 costs the work since the
+// snapshot, not the store's size (BenchmarkReopen/kill9;
+// TestRestartAfterKill9KnowsEveryCommittedKey checks that no committed key
+// is missed). Without a usable snapshot the filter is rebuilt by scanning
+// the live generations of the store. Either way every key in the store is
+// covered by the filter before the first record is decided. The
 // store itself may lag the output topic after a crash (its WAL is not
 // synced): the job re-reads the committed output from the checkpoint and
-// feeds those keys back with Restore before processing input.
+// feeds those keys back with Restore (or a RestoreKeyer on its reading
+// goroutine and RestoreKeyed on the stage's) before processing input.
 //
 // # Rebalancing
 //

@@ -16,6 +16,10 @@ type Keyer struct {
 	cfg Config
 	ext *partition.Extractor
 	buf []byte
+	// trusted: the records were keyed once already (a restore reads them
+	// back from the output), so the key is found without validating the
+	// whole text (partition.Extractor.ExtractTrusted).
+	trusted bool
 }
 
 // NewKeyer returns a Keyer for the key, version and size settings of cfg.
@@ -48,7 +52,13 @@ func (k *Keyer) Key(r *Record) (key []byte, version uint64, reason string) {
 // identity extracts key and version without the size check: records read
 // back from the output were keyed once already.
 func (k *Keyer) identity(r *Record) ([]byte, uint64, error) {
-	key, err := k.ext.Extract(k.buf[:0], &r.Record)
+	var key []byte
+	var err error
+	if k.trusted {
+		key, err = k.ext.ExtractTrusted(k.buf[:0], &r.Record)
+	} else {
+		key, err = k.ext.Extract(k.buf[:0], &r.Record)
+	}
 	if err != nil {
 		return nil, 0, err
 	}

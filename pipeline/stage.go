@@ -60,6 +60,9 @@ type Stage struct {
 	reader statestore.Reader // open during Process once a key needs confirming
 	cands  []uint64
 	err    error // sticky: a failed store stops the stage
+
+	restoreKeyer *RestoreKeyer // Restore's, made on first use
+	restored     Restored
 }
 
 // Open opens (or creates) the stage state in dir and makes the Bloom front
@@ -149,26 +152,30 @@ func (s *Stage) loadFilter(seq uint64) error {
 	return s.rebuildFilter(cfg)
 }
 
-// catchUpFilter brings a snapshot of an earlier commit up to commit seq.
-// Every key committed after the snapshot went into a generation at or after
-// the snapshot's current one. A snapshot is only written when its current
-// generation is the one its commit recorded (see writeSnapshot); each commit
-// records the generation it wrote into, a stage resumes at the last recorded
-// one and only moves forward, so the recorded generations never go down.
-// So only those generations are scanned again; the older ones are as the
-// snapshot saw them, less what has expired since.
+// catchUpFilter brings a snapshot of an earlier commit up to commit seq:
+// it adds the keys the store may have received since the snapshot's mark
+// (statestore.Store.ScanSince: the keys in memory, replayed from the
+// commit log after a crash, and the runs written since), so its cost
+// follows the work since the snapshot, not the store's size. Keys of
+// generations the window has left since are skipped by AddTo. The
+// snapshot's current generation is at most s.cur (the caller checks): a
+// snapshot is only written when its current generation is the one its
+// commit recorded (see writeSnapshot), and the recorded generations never
+// go down.
 func (s *Stage) catchUpFilter(f *filter.Filter, seq uint64) error {
 	start, snapSeq := time.Now(), f.Tag()
-	from := max(f.Current(), s.win.oldestLive(s.cur))
 	f.Advance(s.cur)
-	keys, err := s.scanInto(f, from)
+	keys, err := s.store.ScanSince(statestore.Mark{Seq: snapSeq, NextRun: f.Mark()}, func(g uint64, h partition.Hash) error {
+		f.AddTo(g, h)
+		return nil
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("pipeline: catch up bloom front: %w", err)
 	}
 	f.SetTag(seq)
 	s.filter = f
-	s.log.Info("bloom front restored from an older snapshot and the newest generations of the store",
-		"dir", s.dir, "snapshot_seq", snapSeq, "store_seq", seq, "generations_scanned", s.cur-from+1, "keys", keys, "took", time.Since(start))
+	s.log.Info("bloom front restored from an older snapshot and the store's keys since",
+		"dir", s.dir, "snapshot_seq", snapSeq, "store_seq", seq, "keys", keys, "took", time.Since(start))
 	return nil
 }
 
@@ -225,29 +232,16 @@ func (s *Stage) SaveSnapshot() error {
 // snapshot as it is, and starting from it after later commits could miss
 // keys they wrote into the older generation.
 func (s *Stage) writeSnapshot() error {
-	st := s.store.State()
-	if s.cur != st.Generation {
+	m := s.store.Mark()
+	if s.cur != s.store.State().Generation {
 		return nil
 	}
-	s.filter.SetTag(st.Seq)
+	s.filter.SetTag(m.Seq)
+	s.filter.SetMark(m.NextRun)
 	if err := filter.SaveFile(filepath.Join(s.dir, SnapshotFile), s.filter); err != nil {
 		return fmt.Errorf("pipeline: save bloom snapshot: %w", err)
 	}
 	return nil
-}
-
-// advance moves the stage clock to the newest time of a batch and rotates
-// generations: Restore's clock, which keeps restored keys at least as long
-// as the batch's newest record.
-func (s *Stage) advance(in []Record) {
-	wall := s.clock().UnixMilli()
-	if s.cfg.TimeBase == ProcessingTime {
-		s.tick(wall)
-		return
-	}
-	for i := range in {
-		s.tick(s.recordTime(&in[i], wall))
-	}
 }
 
 // recordTime is r's time on the stage clock: its timestamp, or the wall
@@ -403,43 +397,6 @@ func (s *Stage) Commit(checkpoint []byte) error {
 func (s *Stage) Abort() {
 	clear(s.cycle)
 	s.batch.Reset()
-}
-
-// Restore records keys that the committed output holds but the store does
-// not (the store lags the output after a crash). in are the output records
-// read back from the checkpoint's output offset; checkpoint is committed
-// with them.
-func (s *Stage) Restore(in []Record, checkpoint []byte) error {
-	if s.err != nil {
-		return s.err
-	}
-	s.Abort()
-	s.advance(in)
-	// A bulk load: the keys go straight into the store's batch (the last
-	// Put of a key wins, as the output's newest version must) and the Bloom
-	// front, without the cycle's collapse map, which a restore never reads;
-	// the store sorts them into runs (statestore.Store.Load) and makes them
-	// visible before any later read.
-	for i := range in {
-		key, version, err := s.keyer.identity(&in[i])
-		if err != nil {
-			s.batch.Reset()
-			return fmt.Errorf("pipeline: restore: output record %d: %w", i, err)
-		}
-		h := partition.HashKey(key)
-		s.filter.Add(h)
-		s.batch.Put(s.cur, h, version)
-	}
-	if _, err := s.store.Load(s.batch, statestore.State{Generation: s.cur, Checkpoint: checkpoint}); err != nil {
-		s.err = fmt.Errorf("pipeline: restore: %w", err)
-		return s.err
-	}
-	// A no-op unless the window moved since the store's last expiry.
-	if err := s.store.Expire(s.win.oldestLive(s.cur)); err != nil {
-		s.err = fmt.Errorf("pipeline: restore: expire: %w", err)
-		return s.err
-	}
-	return nil
 }
 
 // State is the store's last committed state: its checkpoint is what the

@@ -109,7 +109,14 @@
 // what it replayed as runs and removes the logs, so a restart costs one
 // index's worth of replay whatever the store's size. In every case the store
 // reopens at some commit c with exactly the keys of commits <= c and its
-// floor, and Flush makes everything committed so far durable. The crash
+// floor, and Flush makes everything committed so far durable.
+//
+// Mark and ScanSince let a Bloom front saved at a Mark catch up after a
+// crash with only what the store received since: the keys in memory and
+// the runs whose id is at least the Mark's next run id (run ids only grow;
+// a merge made since counts, with the older keys it rewrote). A restart
+// after kill -9 thus costs one or two indexes of replay and scan plus the
+// runs written since the Mark, whatever the store's size. The crash
 // tests check this with Pebble's crash-clone file system at random points,
 // with and without unsynced data kept. The stage's recovery then reads the
 // output topic from c's checkpoint. Close writes the index as runs, so a

@@ -40,6 +40,18 @@ func (s *Store) Load(b *Batch, st State) (State, error) {
 		}
 	}
 	st.Seq = s.state.Seq + 1
+	if s.loadBuf == nil {
+		// The buffer the flusher is done with, if any: a run's worth.
+		s.loadBuf, s.loadSpare = s.loadSpare[:0], nil
+	}
+	if need := len(s.loadBuf) + len(b.entries); need > cap(s.loadBuf) {
+		// Doubling, up to a run's worth: append grows a large slice by a
+		// quarter at a time, and those copies cost as much as the rest of
+		// a restore's bookkeeping together (BenchmarkRestore profile).
+		grown := make([]entry, len(s.loadBuf), max(need, min(2*cap(s.loadBuf), int(s.memKeys)+len(b.entries))))
+		copy(grown, s.loadBuf)
+		s.loadBuf = grown
+	}
 	s.loadBuf = append(s.loadBuf, b.entries...)
 	s.mu.Lock()
 	s.state.Seq, s.state.Generation = st.Seq, st.Generation
@@ -56,8 +68,12 @@ func (s *Store) Load(b *Batch, st State) (State, error) {
 
 // handOverLoad passes the load buffer to the flusher. Under wmu.
 func (s *Store) handOverLoad() error {
+	prev := s.job
 	if err := s.awaitFlush(); err != nil {
 		return err
+	}
+	if prev != nil && prev.loaded != nil {
+		s.loadSpare = prev.loaded // sorted into a copy, then left alone
 	}
 	s.mu.Lock()
 	st := s.state
@@ -88,6 +104,7 @@ func (s *Store) finishLoad() error {
 		return err
 	}
 	s.loading.Store(false)
+	s.loadSpare = nil
 	return nil
 }
 

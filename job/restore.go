@@ -1,0 +1,90 @@
+package job
+
+import (
+	"context"
+
+	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/internal/testhook"
+	"github.com/dedupstream/dedupstream/pipeline"
+)
+
+// restoreAhead is how many keyed batches the restore's reader may have
+// ready before the stage records them.
+const restoreAhead = 2
+
+// keyedBatch is one batch of output records, keyed, on its way from the
+// restore's reader to the stage.
+type keyedBatch struct {
+	keys pipeline.Restored
+	next int64 // the output offset after the batch
+	n    int   // records
+}
+
+// restoreOutput reads the committed output from offset from to the last
+// stable offset (to, for progress) back into the store, with each batch
+// committing the checkpoint of input positions resume and the offset after
+// it. It returns how many records it restored.
+//
+// Two goroutines share the work: one reads the output and keys its records
+// (pipeline.RestoreKeyer: the JSON extraction and the hash, most of a
+// restore's cost), the caller's records the keys in the Bloom front and the
+// store (Stage.RestoreKeyed), in output order, while the next batch is read
+// and keyed. BenchmarkRestore measures it.
+func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int64) (int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	free := make(chan *keyedBatch, restoreAhead+1)
+	for range restoreAhead + 1 {
+		free <- &keyedBatch{}
+	}
+	full := make(chan *keyedBatch, restoreAhead)
+	readErr := make(chan error, 1)
+	keyer := r.stage.NewRestoreKeyer()
+	go func() {
+		defer close(full)
+		var recs []pipeline.Record
+		readErr <- r.out.ReadRange(ctx, from, fetch.ToLastStable, func(b *fetch.Batch) error {
+			var kb *keyedBatch
+			select {
+			case kb = <-free:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			recs = convert(recs, b)
+			if err := keyer.Key(recs, &kb.keys); err != nil {
+				return &fatalError{err}
+			}
+			kb.next, kb.n = b.NextOffset, len(b.Records)
+			select {
+			case full <- kb:
+				return nil
+			case <-ctx.Done(): // the caller returned (or panicked) early
+				return ctx.Err()
+			}
+		})
+	}()
+	var (
+		restored int
+		applyErr error
+	)
+	// Drained to the end, even after an error: the reader then stops at
+	// its next batch and closes full.
+	for kb := range full {
+		if applyErr == nil {
+			if err := r.stage.RestoreKeyed(&kb.keys, r.checkpoint(resume, kb.next)); err != nil {
+				applyErr = &fatalError{err}
+				cancel() // the reader stops at its next batch
+			} else {
+				restored += kb.n
+				r.met.restoredUpTo(from, to, kb.next, kb.n)
+				r.j.opts.failpoint(testhook.Restored)
+			}
+		}
+		free <- kb
+	}
+	err := <-readErr
+	if applyErr != nil {
+		return restored, applyErr
+	}
+	return restored, err
+}

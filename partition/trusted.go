@@ -1,0 +1,152 @@
+package partition
+
+import "strings"
+
+// This file is the restore's fast path: reading the key back from records
+// of the output topic, which a stage keyed (and so validated) once already.
+// Validating them again was most of a restore's CPU (BenchmarkRestore). The
+// scanner below finds a top-level member without validating what it skips:
+// it follows only the structure (strings, with their escapes, and nesting),
+// the way the validating scanner walks a valid text. On every text
+// encoding/json accepts it finds exactly what lookupJSON finds (the fuzz
+// target FuzzExtractTrusted checks this against lookupJSON and
+// encoding/json); on anything it does not expect it gives up and the
+// validating scanner decides.
+
+// ExtractTrusted is Extract for records validated before, such as those
+// read back from the output topic: a top-level JSON member is found
+// without validating the rest of the text. On a valid JSON text the result
+// is Extract's; on an invalid one it may be a key where Extract reports
+// NotJSON.
+func (e *Extractor) ExtractTrusted(dst []byte, r *Record) ([]byte, error) {
+	return e.extract(dst, r, locateTrusted)
+}
+
+// locateTrusted is locate with the fast path for a top-level JSON member.
+func locateTrusted(f *Field, r *Record) (jsonValue, Reason, int) {
+	if f.Source == SourceJSON && !strings.Contains(f.Name, ".") {
+		if v, ok := lookupTopLevel(r.Value, f.Name); ok {
+			switch v.kind {
+			case jsonMissing:
+				return v, FieldMissing, 0
+			case jsonContainer:
+				return v, NotScalar, 0
+			}
+			return v, 0, 0
+		}
+	}
+	return locate(f, r)
+}
+
+// lookupTopLevel returns the value of the last top-level member name of the
+// object data, classified as lookupJSON does. ok is false when data is not
+// shaped as expected (not an object, truncated, stray bytes): the caller
+// then asks lookupJSON.
+func lookupTopLevel(data []byte, name string) (found jsonValue, ok bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return found, false
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return found, skipSpace(data, i+1) == len(data)
+	}
+	for {
+		if i >= len(data) || data[i] != '"' {
+			return found, false
+		}
+		end, escaped, sok := scanString(data, i)
+		if !sok {
+			return found, false
+		}
+		match := nameEquals(data[i+1:end-1], escaped, name)
+		i = skipSpace(data, end)
+		if i >= len(data) || data[i] != ':' {
+			return found, false
+		}
+		i = skipSpace(data, i+1)
+		start := i
+		if i, sok = scanValue(data, i); !sok {
+			return found, false
+		}
+		if match {
+			found = classify(data[start:i])
+		}
+		i = skipSpace(data, i)
+		if i >= len(data) {
+			return found, false
+		}
+		switch data[i] {
+		case ',':
+			i = skipSpace(data, i+1)
+		case '}':
+			return found, skipSpace(data, i+1) == len(data)
+		default:
+			return found, false
+		}
+	}
+}
+
+// scanString returns the offset after the string starting at data[i] ==
+// '"' and whether it holds escapes. It checks nothing but where it ends: a
+// backslash escapes the byte after it (in \uXXXX the 'u'). Strings in
+// records are short: a byte loop beats bytes.IndexByte's call here.
+func scanString(data []byte, i int) (end int, escaped, ok bool) {
+	for j := i + 1; j < len(data); j++ {
+		switch data[j] {
+		case '"':
+			return j + 1, escaped, true
+		case '\\':
+			escaped = true
+			j++
+		}
+	}
+	return len(data), escaped, false
+}
+
+// scanValue returns the offset after the value starting at data[i]: a
+// string, a container (strings inside it skipped as such) or a scalar,
+// which ends at the first delimiter.
+func scanValue(data []byte, i int) (int, bool) {
+	if i >= len(data) {
+		return i, false
+	}
+	switch data[i] {
+	case '"':
+		end, _, ok := scanString(data, i)
+		return end, ok
+	case '{', '[':
+		depth := 0
+		for i < len(data) {
+			switch data[i] {
+			case '"':
+				end, _, ok := scanString(data, i)
+				if !ok {
+					return end, false
+				}
+				i = end
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					return i + 1, true
+				}
+			}
+			i++
+		}
+		return i, false
+	case ',', '}', ']', ':':
+		return i, false
+	default:
+		start := i
+		for i < len(data) {
+			switch data[i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return i, i > start
+			}
+			i++
+		}
+		return i, false
+	}
+}

@@ -1,0 +1,122 @@
+package pipeline
+
+import (
+	"fmt"
+
+	"github.com/dedupstream/dedupstream/partition"
+	"github.com/dedupstream/dedupstream/statestore"
+)
+
+// A restore reads the committed output back into the store (see
+// Stage.Restore). Its two halves can run on two goroutines: a RestoreKeyer
+// turns output records into a Restored batch (key extraction and hashing,
+// the costly half, which needs nothing of the stage), and
+// Stage.RestoreKeyed records a batch in the Bloom front and the store. The
+// job keys the next batch while the stage records the previous one.
+
+// Restored is a batch of output records reduced to what a restore needs:
+// per record its key hash, version and timestamp. Reuse it across batches.
+type Restored struct {
+	keys []restoredKey
+}
+
+type restoredKey struct {
+	h       partition.Hash
+	version uint64
+	tsMs    int64
+}
+
+// Len returns the number of records in b.
+func (b *Restored) Len() int { return len(b.keys) }
+
+// RestoreKeyer keys output records for Stage.RestoreKeyed exactly as the
+// stage would. It holds a Keyer of its own, so it may run on another
+// goroutine than the stage's; one RestoreKeyer is not safe for concurrent
+// use.
+type RestoreKeyer struct {
+	keyer *Keyer
+}
+
+// NewRestoreKeyer returns a RestoreKeyer for the stage's configuration. It
+// reads keys as partition.Extractor.ExtractTrusted does: the output holds
+// records a stage keyed, and validated, once already.
+func (s *Stage) NewRestoreKeyer() *RestoreKeyer {
+	k := *s.keyer
+	k.buf = make([]byte, 0, cap(s.keyer.buf))
+	k.trusted = true
+	return &RestoreKeyer{keyer: &k}
+}
+
+// Key replaces the contents of b with the keys of in. A record that cannot
+// be keyed fails the whole batch: the output holds only records a stage
+// keyed once already, so this means the output topic holds records no
+// stage of this configuration wrote.
+func (k *RestoreKeyer) Key(in []Record, b *Restored) error {
+	b.keys = b.keys[:0]
+	for i := range in {
+		key, version, err := k.keyer.identity(&in[i])
+		if err != nil {
+			b.keys = b.keys[:0]
+			return fmt.Errorf("pipeline: restore: output record %d: %w", i, err)
+		}
+		b.keys = append(b.keys, restoredKey{h: partition.HashKey(key), version: version, tsMs: in[i].TimestampMs})
+	}
+	return nil
+}
+
+// Restore records keys that the committed output holds but the store does
+// not (the store lags the output after a crash). in are the output records
+// read back from the checkpoint's output offset; checkpoint is committed
+// with them. It is Key then RestoreKeyed on the stage's goroutine.
+func (s *Stage) Restore(in []Record, checkpoint []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	if s.restoreKeyer == nil {
+		s.restoreKeyer = s.NewRestoreKeyer()
+	}
+	if err := s.restoreKeyer.Key(in, &s.restored); err != nil {
+		s.Abort()
+		return err
+	}
+	return s.RestoreKeyed(&s.restored, checkpoint)
+}
+
+// RestoreKeyed records the keys of a batch of output records, keyed by a
+// RestoreKeyer, with checkpoint, as Restore does. Batches must come in
+// output order.
+func (s *Stage) RestoreKeyed(b *Restored, checkpoint []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	s.Abort()
+	// The stage clock moves to the batch's newest time, so that restored
+	// keys are kept at least as long as that record (see advance).
+	wall := s.clock().UnixMilli()
+	if s.cfg.TimeBase == ProcessingTime {
+		s.tick(wall)
+	} else {
+		for i := range b.keys {
+			s.tick(s.cfg.ClockTime(b.keys[i].tsMs, wall))
+		}
+	}
+	// A bulk load: the keys go straight into the store's batch (the last
+	// Put of a key wins, as the output's newest version must) and the Bloom
+	// front, without the cycle's collapse map, which a restore never reads;
+	// the store sorts them into runs (statestore.Store.Load) and makes them
+	// visible before any later read.
+	for i := range b.keys {
+		s.filter.Add(b.keys[i].h)
+		s.batch.Put(s.cur, b.keys[i].h, b.keys[i].version)
+	}
+	if _, err := s.store.Load(s.batch, statestore.State{Generation: s.cur, Checkpoint: checkpoint}); err != nil {
+		s.err = fmt.Errorf("pipeline: restore: %w", err)
+		return s.err
+	}
+	// A no-op unless the window moved since the store's last expiry.
+	if err := s.store.Expire(s.win.oldestLive(s.cur)); err != nil {
+		s.err = fmt.Errorf("pipeline: restore: expire: %w", err)
+		return s.err
+	}
+	return nil
+}
