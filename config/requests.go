@@ -17,6 +17,13 @@ type Fetch struct {
 	// cut by the request limit may leave out the aborted-transaction list
 	// that read_committed filtering needs. The default value is 50MiB.
 	RequestMaxBytes ByteSize `yaml:"request_max_bytes"`
+	// Ahead sends each partition's next fetch before the batch it just
+	// returned is decided and produced (one batch ahead), so the fetch's
+	// round trip overlaps the work instead of adding to it. Each fetcher
+	// then keeps two buffers of about partition_max_bytes. A prefetched
+	// batch belongs to the next decide step; after an abort it is dropped
+	// and read again from the committed offset. The default value is true.
+	Ahead *bool `yaml:"ahead"`
 }
 
 // Produce sizes the produce requests of the stages and route steps.
@@ -44,6 +51,10 @@ func (f *Fetch) applyDefaults() {
 	}
 	if f.RequestMaxBytes == 0 {
 		f.RequestMaxBytes = max(DefaultFetchRequestMaxBytes, f.PartitionMaxBytes)
+	}
+	if f.Ahead == nil {
+		on := true
+		f.Ahead = &on
 	}
 }
 
@@ -73,3 +84,7 @@ func (f *Fetch) validate(v *validator) {
 func (p *Produce) validate(v *validator) {
 	v.sizeIn("produce.batch_max_bytes", p.BatchMaxBytes, 1<<10)
 }
+
+// FetchAhead reports whether fetches run one batch ahead (Ahead, true when
+// unset).
+func (f *Fetch) FetchAhead() bool { return f.Ahead == nil || *f.Ahead }

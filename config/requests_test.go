@@ -58,3 +58,37 @@ func TestRequestSizes(t *testing.T) {
 		})
 	}
 }
+
+func TestFetchAhead(t *testing.T) {
+	base := "job: {id: j}\nkafka: {brokers: [\"h:1\"]}\ninput: {topics: [in]}\noutput: {topic: out}\nassignment: {partitions: [0]}\nstate: {dir: /tmp/s}\n"
+	for _, tc := range []struct {
+		name, extra string
+		want        bool
+		problem     string
+	}{
+		{name: "default", want: true},
+		{name: "off", extra: "fetch: {ahead: false}\n", want: false},
+		{name: "on", extra: "fetch: {ahead: true}\n", want: true},
+		{name: "not a bool", extra: "fetch:\n  ahead: 2\n", problem: "job.yaml:8: fetch.ahead: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "job.yaml")
+			if err := os.WriteFile(path, []byte(base+tc.extra), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c, err := load(path, env(nil))
+			if tc.problem != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.problem) {
+					t.Fatalf("want problem %q, got %v", tc.problem, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Fetch.FetchAhead(); got != tc.want {
+				t.Errorf("fetch.ahead = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
