@@ -34,6 +34,15 @@ type Produce struct {
 	// default is 1MiB plus a few bytes). The default value is 1MiB
 	// (256KiB measured slower).
 	BatchMaxBytes ByteSize `yaml:"batch_max_bytes"`
+	// MaxInFlight is how many produce requests (record batches) a stage or
+	// route step keeps in flight within its transaction, 1 to 5 (the
+	// batches per producer and partition a broker remembers to recognise
+	// a resend). Batches carry consecutive sequence numbers and are stored
+	// in that order only; one that fails is resent with every later one,
+	// in order, or the cycle aborts and recovers: never reordered, never
+	// stored twice. Each request in flight holds a buffer of up to
+	// batch_max_bytes. The default value is 5.
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // Defaults of Fetch and Produce.
@@ -41,6 +50,7 @@ const (
 	DefaultFetchPartitionMaxBytes ByteSize = 1 << 20
 	DefaultFetchRequestMaxBytes   ByteSize = 50 << 20
 	DefaultProduceBatchMaxBytes   ByteSize = 1 << 20
+	DefaultProduceMaxInFlight              = 5
 )
 
 const maxInt32 = 1<<31 - 1
@@ -61,6 +71,9 @@ func (f *Fetch) applyDefaults() {
 func (p *Produce) applyDefaults() {
 	if p.BatchMaxBytes == 0 {
 		p.BatchMaxBytes = DefaultProduceBatchMaxBytes
+	}
+	if p.MaxInFlight == 0 {
+		p.MaxInFlight = DefaultProduceMaxInFlight
 	}
 }
 
@@ -83,6 +96,9 @@ func (f *Fetch) validate(v *validator) {
 
 func (p *Produce) validate(v *validator) {
 	v.sizeIn("produce.batch_max_bytes", p.BatchMaxBytes, 1<<10)
+	if p.MaxInFlight < 1 || p.MaxInFlight > 5 {
+		v.addf("produce.max_in_flight", "must be between 1 and 5, got %d", p.MaxInFlight)
+	}
 }
 
 // FetchAhead reports whether fetches run one batch ahead (Ahead, true when

@@ -30,6 +30,8 @@ func TestRequestSizes(t *testing.T) {
 			}},
 		{name: "not a size", extra: "produce:\n  batch_max_bytes: big\n", problems: []string{"job.yaml:8: produce.batch_max_bytes: "}},
 		{name: "unknown key", extra: "fetch:\n  max_bytes: 1MiB\n", problems: []string{"job.yaml:8: fetch.max_bytes: unknown key"}},
+		{name: "in flight out of range", extra: "produce:\n  max_in_flight: 6\n", problems: []string{"job.yaml:8: produce.max_in_flight: must be between 1 and 5, got 6"}},
+		{name: "in flight negative", extra: "produce:\n  max_in_flight: -1\n", problems: []string{"job.yaml:8: produce.max_in_flight: must be between 1 and 5, got -1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "job.yaml")
@@ -54,6 +56,9 @@ func TestRequestSizes(t *testing.T) {
 			got := sizes{c.Fetch.PartitionMaxBytes, c.Fetch.RequestMaxBytes, c.Produce.BatchMaxBytes}
 			if got != tc.want {
 				t.Errorf("sizes = %+v, want %+v", got, tc.want)
+			}
+			if c.Produce.MaxInFlight != DefaultProduceMaxInFlight {
+				t.Errorf("produce.max_in_flight = %d, want the default %d", c.Produce.MaxInFlight, DefaultProduceMaxInFlight)
 			}
 		})
 	}

@@ -79,6 +79,7 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 		RetryTimeout:       j.opts.RetryTimeout,
 		Compression:        j.codec,
 		MaxBatchBytes:      lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
+		MaxInFlight:        cfg.Produce.MaxInFlight,
 		Logger:             j.log,
 	})
 	if err != nil {

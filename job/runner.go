@@ -210,6 +210,7 @@ func (r *runner) connect() error {
 		RetryTimeout:       j.opts.RetryTimeout,
 		Compression:        j.codec,
 		MaxBatchBytes:      r.lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
+		MaxInFlight:        cfg.Produce.MaxInFlight,
 		Logger:             r.log,
 	})
 	if err != nil {
@@ -432,7 +433,14 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 			offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off, Metadata: offsetMeta(r.lay.partitions)})
 		}
 	}
-	err := r.prod.SendOffsets(ctx, r.group, offsets)
+	// Every produce of the cycle answered: the output offset is known.
+	err := r.prod.Flush(ctx)
+	if err == nil {
+		if next := r.prod.NextOffset(r.j.cfg.Output.Topic, int32(r.p)); next >= 0 {
+			r.outNext = next
+		}
+		err = r.prod.SendOffsets(ctx, r.group, offsets)
+	}
 	if err == nil {
 		r.j.opts.failpoint(testhook.Produced)
 		if err = r.prod.Commit(ctx); err != nil {
@@ -560,12 +568,8 @@ func (r *runner) decide(_ int, b *fetch.Batch, cycle *Stats) error {
 // records to the stage's DLQ partition, inside the open transaction.
 func (r *runner) produce(ctx context.Context) error {
 	if len(r.emits) > 0 {
-		res, err := r.prod.Produce(ctx, r.j.cfg.Output.Topic, int32(r.p), r.emits)
-		if err != nil {
+		if _, err := r.prod.Produce(ctx, r.j.cfg.Output.Topic, int32(r.p), r.emits); err != nil {
 			return fmt.Errorf("produce to %s/%d: %w", r.j.cfg.Output.Topic, r.p, err)
-		}
-		if res.NextOffset >= 0 {
-			r.outNext = res.NextOffset
 		}
 	}
 	if len(r.dlq) > 0 {
