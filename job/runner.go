@@ -571,6 +571,9 @@ func (r *runner) produce(ctx context.Context) error {
 		if _, err := r.prod.Produce(ctx, r.j.cfg.Output.Topic, int32(r.p), r.emits); err != nil {
 			return fmt.Errorf("produce to %s/%d: %w", r.j.cfg.Output.Topic, r.p, err)
 		}
+		// The cycle will commit input offsets: add the group to the
+		// transaction while the batches are out.
+		r.prod.AddOffsetsEarly(ctx, r.group.ID)
 	}
 	if len(r.dlq) > 0 {
 		dp := int32(r.p % r.lay.dlqPartitions)

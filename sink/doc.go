@@ -23,6 +23,10 @@
 //	                epoch, base sequence, CRC-32C) to the partition leader,
 //	                acks=all, up to MaxInFlight requests at a time
 //	Flush           waits for the produce requests in flight
+//	AddOffsetsEarly optional: AddOffsetsToTxn(group) sent while the
+//	                produce requests are out (the job sends it after a
+//	                cycle's first produce), answer taken by the next
+//	                coordinator request
 //	SendOffsets     AddOffsetsToTxn(group) once per transaction, then
 //	                TxnOffsetCommit(input offsets; generation and member id
 //	                in group mode) to the group coordinator, cached

@@ -221,6 +221,9 @@ type Producer struct {
 	// first, and flights to reuse. See inflight.go.
 	flights []*flight
 	free    []*flight
+	// early is the AddOffsetsToTxn sent ahead by AddOffsetsEarly, nil
+	// when none is out. See offsets_early.go.
+	early *earlyOffsets
 	// txnNext: per partition, one past the last record of the open
 	// transaction acknowledged with its offset.
 	txnNext map[topicPartition]int64
@@ -316,6 +319,7 @@ func (p *Producer) reinit(ctx context.Context) error {
 
 func (p *Producer) initProducerID(ctx context.Context, pid int64, epoch int16) error {
 	p.settleWindow() // the new epoch fences what is still out; wait for it
+	p.joinEarly()
 	p.resetTxn()
 	res, err := p.coordinatorCall(ctx, call{
 		op:        "init producer id",
@@ -372,6 +376,13 @@ type call struct {
 // coordinator is cached and looked up again only after NOT_COORDINATOR,
 // COORDINATOR_NOT_AVAILABLE or a network error.
 func (p *Producer) coordinatorCall(ctx context.Context, c call) (protocol.Message, error) {
+	p.joinEarly() // one coordinator call at a time
+	return p.callCoordinator(ctx, c)
+}
+
+// callCoordinator is coordinatorCall without waiting for an early
+// AddOffsetsToTxn: that call itself.
+func (p *Producer) callCoordinator(ctx context.Context, c call) (protocol.Message, error) {
 	a := p.newAttempts(ctx, c.op, c.topic, c.partition)
 	for {
 		a.n++

@@ -12,7 +12,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
-	"github.com/segmentio/kafka-go/protocol/addoffsetstotxn"
 	"github.com/segmentio/kafka-go/protocol/addpartitionstotxn"
 	"github.com/segmentio/kafka-go/protocol/endtxn"
 	"github.com/segmentio/kafka-go/protocol/produce"
@@ -166,23 +165,10 @@ func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) e
 	if err := p.flush(ctx); err != nil {
 		return p.fail(ctx, err)
 	}
+	p.joinEarly()
 	if _, ok := p.txnGroups[g.ID]; !ok {
 		p.touch()
-		_, err := p.coordinatorCall(ctx, call{
-			op:        "add offsets to txn",
-			topic:     g.ID,
-			partition: -1,
-			build: func() protocol.Message {
-				return &addoffsetstotxn.Request{
-					TransactionalID: p.cfg.TransactionalID,
-					ProducerID:      p.pid,
-					ProducerEpoch:   p.epoch,
-					GroupID:         g.ID,
-				}
-			},
-			code: func(m protocol.Message) kafka.Error { return kafka.Error(m.(*addoffsetstotxn.Response).ErrorCode) },
-		})
-		if err != nil {
+		if _, err := p.coordinatorCall(ctx, p.addOffsetsCall(g.ID)); err != nil {
 			return p.fail(ctx, err)
 		}
 		p.txnGroups[g.ID] = struct{}{}
