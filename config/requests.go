@@ -41,7 +41,11 @@ type Produce struct {
 	// in that order only; one that fails is resent with every later one,
 	// in order, or the cycle aborts and recovers: never reordered, never
 	// stored twice. Each request in flight holds a buffer of up to
-	// batch_max_bytes. The default value is 5.
+	// batch_max_bytes. The default value is 1: kafka-go's transport sends
+	// concurrent requests on separate connections, so batches reach the
+	// broker out of order and are resent, and on Kafka 4.4 behind a
+	// delaying relay a resend was refused out of sequence again, which
+	// aborts the cycle (docs/benchmarks.md, "Real cluster").
 	MaxInFlight int `yaml:"max_in_flight"`
 }
 
@@ -50,7 +54,7 @@ const (
 	DefaultFetchPartitionMaxBytes ByteSize = 1 << 20
 	DefaultFetchRequestMaxBytes   ByteSize = 50 << 20
 	DefaultProduceBatchMaxBytes   ByteSize = 1 << 20
-	DefaultProduceMaxInFlight              = 5
+	DefaultProduceMaxInFlight              = 1
 )
 
 const maxInt32 = 1<<31 - 1

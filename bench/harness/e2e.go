@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"os"
 	"path/filepath"
 	"strings"
@@ -40,7 +41,7 @@ type E2ECase struct {
 	// jobs; 0 is the job's config default.
 	FetchMaxBytes, BatchMaxBytes int
 	// MaxInFlight is the produce requests in flight per transaction of
-	// both jobs (0: the job's default, 5; 1: one at a time), NoFetchAhead
+	// both jobs (0: the job's default, 1: one at a time), NoFetchAhead
 	// turns the job's fetch.ahead off (the copy job never fetches ahead).
 	MaxInFlight  int
 	NoFetchAhead bool
@@ -263,11 +264,17 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, group string, ends map[s
 			req.Topics = append(req.Topics, rt)
 		}
 		res, err := req.RequestWith(ctx, cl)
-		if err != nil {
+		if err == nil {
+			err = kerr.ErrorForCode(res.ErrorCode)
+		}
+		if err != nil && !kerr.IsRetriable(err) {
 			return fmt.Errorf("offset fetch: %w", err)
 		}
+		if err != nil {
+			res = kmsg.NewPtrOffsetFetchResponse()
+		}
 		var sum int64
-		caught := true
+		caught := err == nil // a coordinator still loading: ask again
 		got := map[string]map[int32]int64{}
 		for _, t := range res.Topics {
 			got[t.Topic] = map[int32]int64{}
