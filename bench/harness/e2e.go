@@ -264,9 +264,6 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, group string, ends map[s
 			req.Topics = append(req.Topics, rt)
 		}
 		res, err := req.RequestWith(ctx, cl)
-		if err == nil {
-			err = kerr.ErrorForCode(res.ErrorCode)
-		}
 		if err != nil && !kerr.IsRetriable(err) {
 			return fmt.Errorf("offset fetch: %w", err)
 		}
