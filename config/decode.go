@@ -107,6 +107,10 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	switch v.Kind() {
+	case reflect.Pointer: // an optional field: set means given
+		e := reflect.New(v.Type().Elem())
+		d.decode(n, e.Elem(), path)
+		v.Set(e)
 	case reflect.Struct:
 		d.decodeStruct(n, v, path)
 	case reflect.Slice:

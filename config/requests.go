@@ -17,6 +17,13 @@ type Fetch struct {
 	// cut by the request limit may leave out the aborted-transaction list
 	// that read_committed filtering needs. The default value is 50MiB.
 	RequestMaxBytes ByteSize `yaml:"request_max_bytes"`
+	// Ahead sends each partition's next fetch before the batch it just
+	// returned is decided and produced (one batch ahead), so the fetch's
+	// round trip overlaps the work instead of adding to it. Each fetcher
+	// then keeps two buffers of about partition_max_bytes. A prefetched
+	// batch belongs to the next decide step; after an abort it is dropped
+	// and read again from the committed offset. The default value is true.
+	Ahead *bool `yaml:"ahead"`
 }
 
 // Produce sizes the produce requests of the stages and route steps.
@@ -27,6 +34,19 @@ type Produce struct {
 	// default is 1MiB plus a few bytes). The default value is 1MiB
 	// (256KiB measured slower).
 	BatchMaxBytes ByteSize `yaml:"batch_max_bytes"`
+	// MaxInFlight is how many produce requests (record batches) a stage or
+	// route step keeps in flight within its transaction, 1 to 5 (the
+	// batches per producer and partition a broker remembers to recognise
+	// a resend). Batches carry consecutive sequence numbers and are stored
+	// in that order only; one that fails is resent with every later one,
+	// in order, or the cycle aborts and recovers: never reordered, never
+	// stored twice. Each request in flight holds a buffer of up to
+	// batch_max_bytes. The default value is 1: kafka-go's transport sends
+	// concurrent requests on separate connections, so batches reach the
+	// broker out of order and are resent, and on Kafka 4.4 behind a
+	// delaying relay a resend was refused out of sequence again, which
+	// aborts the cycle (docs/benchmarks.md, "Real cluster").
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // Defaults of Fetch and Produce.
@@ -34,6 +54,7 @@ const (
 	DefaultFetchPartitionMaxBytes ByteSize = 1 << 20
 	DefaultFetchRequestMaxBytes   ByteSize = 50 << 20
 	DefaultProduceBatchMaxBytes   ByteSize = 1 << 20
+	DefaultProduceMaxInFlight              = 1
 )
 
 const maxInt32 = 1<<31 - 1
@@ -45,11 +66,18 @@ func (f *Fetch) applyDefaults() {
 	if f.RequestMaxBytes == 0 {
 		f.RequestMaxBytes = max(DefaultFetchRequestMaxBytes, f.PartitionMaxBytes)
 	}
+	if f.Ahead == nil {
+		on := true
+		f.Ahead = &on
+	}
 }
 
 func (p *Produce) applyDefaults() {
 	if p.BatchMaxBytes == 0 {
 		p.BatchMaxBytes = DefaultProduceBatchMaxBytes
+	}
+	if p.MaxInFlight == 0 {
+		p.MaxInFlight = DefaultProduceMaxInFlight
 	}
 }
 
@@ -72,4 +100,11 @@ func (f *Fetch) validate(v *validator) {
 
 func (p *Produce) validate(v *validator) {
 	v.sizeIn("produce.batch_max_bytes", p.BatchMaxBytes, 1<<10)
+	if p.MaxInFlight < 1 || p.MaxInFlight > 5 {
+		v.addf("produce.max_in_flight", "must be between 1 and 5, got %d", p.MaxInFlight)
+	}
 }
+
+// FetchAhead reports whether fetches run one batch ahead (Ahead, true when
+// unset).
+func (f *Fetch) FetchAhead() bool { return f.Ahead == nil || *f.Ahead }

@@ -30,6 +30,8 @@ func TestRequestSizes(t *testing.T) {
 			}},
 		{name: "not a size", extra: "produce:\n  batch_max_bytes: big\n", problems: []string{"job.yaml:8: produce.batch_max_bytes: "}},
 		{name: "unknown key", extra: "fetch:\n  max_bytes: 1MiB\n", problems: []string{"job.yaml:8: fetch.max_bytes: unknown key"}},
+		{name: "in flight out of range", extra: "produce:\n  max_in_flight: 6\n", problems: []string{"job.yaml:8: produce.max_in_flight: must be between 1 and 5, got 6"}},
+		{name: "in flight negative", extra: "produce:\n  max_in_flight: -1\n", problems: []string{"job.yaml:8: produce.max_in_flight: must be between 1 and 5, got -1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "job.yaml")
@@ -54,6 +56,43 @@ func TestRequestSizes(t *testing.T) {
 			got := sizes{c.Fetch.PartitionMaxBytes, c.Fetch.RequestMaxBytes, c.Produce.BatchMaxBytes}
 			if got != tc.want {
 				t.Errorf("sizes = %+v, want %+v", got, tc.want)
+			}
+			if c.Produce.MaxInFlight != DefaultProduceMaxInFlight {
+				t.Errorf("produce.max_in_flight = %d, want the default %d", c.Produce.MaxInFlight, DefaultProduceMaxInFlight)
+			}
+		})
+	}
+}
+
+func TestFetchAhead(t *testing.T) {
+	base := "job: {id: j}\nkafka: {brokers: [\"h:1\"]}\ninput: {topics: [in]}\noutput: {topic: out}\nassignment: {partitions: [0]}\nstate: {dir: /tmp/s}\n"
+	for _, tc := range []struct {
+		name, extra string
+		want        bool
+		problem     string
+	}{
+		{name: "default", want: true},
+		{name: "off", extra: "fetch: {ahead: false}\n", want: false},
+		{name: "on", extra: "fetch: {ahead: true}\n", want: true},
+		{name: "not a bool", extra: "fetch:\n  ahead: 2\n", problem: "job.yaml:8: fetch.ahead: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "job.yaml")
+			if err := os.WriteFile(path, []byte(base+tc.extra), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			c, err := load(path, env(nil))
+			if tc.problem != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.problem) {
+					t.Fatalf("want problem %q, got %v", tc.problem, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Fetch.FetchAhead(); got != tc.want {
+				t.Errorf("fetch.ahead = %v, want %v", got, tc.want)
 			}
 		})
 	}

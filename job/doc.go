@@ -176,7 +176,14 @@
 // (recover, run cycles, classify the failure, back off) and the one cycle
 // loop (begin; fetch, decide, produce batch by batch; settle), over a small
 // task interface that the stage (runner.go) and the route step (route.go)
-// implement. txn.go takes a transactional id over and aborts; group.go runs
+// implement. prefetch.go reads a task's inputs one batch ahead
+// (fetch.ahead): the next fetch is on the wire while a batch is decided
+// and produced, the positions a cycle commits are those of the batches
+// decided, and an abort drops the batch fetched ahead. A stage keeps up to
+// produce.max_in_flight produce requests out (package sink) and adds its
+// group to the transaction (AddOffsetsToTxn) while they are, so a cycle's
+// round trips overlap; its output offset for the checkpoint is taken
+// after the produce requests are flushed. txn.go takes a transactional id over and aborts; group.go runs
 // consumer-group generations with the balancer of package job/balance;
 // admin.go holds the Kafka admin look-ups (the topic check at start-up, the
 // groups' committed offsets); checkpoint.go is the checkpoint codec;

@@ -49,11 +49,11 @@ type router struct {
 	log   *slog.Logger
 	keyer *pipeline.Keyer
 	prod  *sink.Producer
-	in    *fetch.Fetcher
-	owned bool  // as runner.owned
-	from  int64 // input position at the start of the open cycle
+	in    *prefetcher // the raw partition, read one batch ahead
+	owned bool        // as runner.owned
+	from  []int64     // input position at the start of the open cycle
+	pos   []int64     // input position now
 
-	batch  fetch.Batch
 	rec    pipeline.Record
 	dests  []int // per record of the batch: repartition partition, or -1 for the DLQ
 	reason []string
@@ -79,6 +79,7 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 		RetryTimeout:       j.opts.RetryTimeout,
 		Compression:        j.codec,
 		MaxBatchBytes:      lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
+		MaxInFlight:        cfg.Produce.MaxInFlight,
 		Logger:             j.log,
 	})
 	if err != nil {
@@ -97,7 +98,8 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 		return nil, err
 	}
 	return &router{
-		j: j, src: src, lay: lay, keyer: keyer, prod: prod, in: in,
+		j: j, src: src, lay: lay, keyer: keyer, prod: prod,
+		in:     newPrefetcher([]*fetch.Fetcher{in}, cfg.Fetch.FetchAhead()),
 		log:    j.log.With("route", fmt.Sprintf("%s/%d", src.topic, src.partition)),
 		out:    make([][]sink.Record, lay.partitions),
 		topicB: []byte(src.topic),
@@ -117,6 +119,7 @@ func (rt *router) run(ctx context.Context) error {
 		return rt.j.onFenced(ctx, fenceSite{what: name, p: -1, prod: rt.prod, owned: &rt.owned,
 			group: rt.j.cfg.Assignment.Mode == "group", log: rt.log}, err)
 	}
+	defer rt.in.close()
 	return d.run(ctx, rt)
 }
 
@@ -134,31 +137,32 @@ func (rt *router) recover(ctx context.Context) error {
 	if pos < 0 {
 		pos = fetch.OffsetEarliest
 	}
-	rt.in.SetPosition(pos)
+	rt.in.reset(ctx, []int64{pos})
 	return nil
 }
 
 // begin opens a route cycle's transaction and notes its input position.
 func (rt *router) begin() error {
-	rt.from = rt.in.Position()
+	rt.from = rt.in.positions(rt.from)
 	return rt.prod.Begin()
 }
 
-// fetch reads the raw partition's next batch.
-func (rt *router) fetch(ctx context.Context, _ int) (*fetch.Batch, error) {
-	if err := rt.in.Fetch(ctx, &rt.batch); err != nil {
+// fetch returns the raw partition's next batch, fetched ahead by rt.in.
+func (rt *router) fetch(context.Context, int) (*fetch.Batch, error) {
+	b, _, err := rt.in.next()
+	if err != nil {
 		return nil, fmt.Errorf("fetch %s/%d: %w", rt.src.topic, rt.src.partition, err)
 	}
-	return &rt.batch, nil
+	return b, nil
 }
 
 // settle commits the route cycle's input offset with its transaction,
 // then adds its counts.
 func (rt *router) settle(ctx context.Context, cycle *Stats) error {
 	var err error
-	if pos := rt.in.Position(); pos != rt.from {
+	if rt.pos = rt.in.positions(rt.pos); rt.pos[0] != rt.from[0] {
 		err = rt.prod.SendOffsets(ctx, sink.Group{ID: rt.j.routeGroup()},
-			[]sink.Offset{{Topic: rt.src.topic, Partition: int32(rt.src.partition), Offset: pos}})
+			[]sink.Offset{{Topic: rt.src.topic, Partition: int32(rt.src.partition), Offset: rt.pos[0]}})
 	}
 	if err == nil {
 		err = rt.prod.Commit(ctx)
@@ -176,6 +180,7 @@ func (rt *router) settle(ctx context.Context, cycle *Stats) error {
 }
 
 func (rt *router) abort(ctx context.Context, cause error) error {
+	rt.in.discard() // read again after recovery
 	return abortTxn(ctx, rt.prod, rt.log, cause)
 }
 

@@ -32,6 +32,7 @@ type runner struct {
 	stage *pipeline.Stage
 	prod  *sink.Producer
 	ins   []*fetch.Fetcher // partition p of each raw topic, as Job.topics
+	in    *prefetcher      // reads ins in turn, one batch ahead
 	out   *fetch.Fetcher   // output partition p, read back in recovery
 
 	// owned is set once Init took the transactional id over; later
@@ -44,7 +45,6 @@ type runner struct {
 	outNext int64
 
 	// Reused per batch.
-	batch  fetch.Batch
 	recs   []pipeline.Record
 	decs   []pipeline.Decision
 	emits  []sink.Record
@@ -52,6 +52,7 @@ type runner struct {
 	arena  arena
 	topicB [][]byte // raw topic names for the DLQ header
 	pos    []int64  // input positions at the start of a cycle
+	cur    int      // input (index into ins) of the batch being decided
 
 	lastMisrouteWarn time.Time
 	snapAt           time.Time     // last periodic Bloom snapshot
@@ -161,6 +162,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 		defer r.met.stopped() // the partition may move to another member
 		defer r.j.links.forget(r.p)
 	}
+	defer r.in.close()
 	defer func() {
 		if cerr := r.stage.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("partition %d: close state: %w", r.p, cerr)
@@ -208,6 +210,7 @@ func (r *runner) connect() error {
 		RetryTimeout:       j.opts.RetryTimeout,
 		Compression:        j.codec,
 		MaxBatchBytes:      r.lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
+		MaxInFlight:        cfg.Produce.MaxInFlight,
 		Logger:             r.log,
 	})
 	if err != nil {
@@ -234,7 +237,11 @@ func (r *runner) connect() error {
 	}
 	r.pos = make([]int64, len(j.topics))
 	r.out, err = fetch.New(client, cfg.Output.Topic, r.p, fo)
-	return err
+	if err != nil {
+		return err
+	}
+	r.in = newPrefetcher(r.ins, cfg.Fetch.FetchAhead())
+	return nil
 }
 
 // checkpoint encodes the state a stage commits: the raw partitions'
@@ -250,13 +257,10 @@ func (r *runner) checkpoint(in []int64, out int64) []byte {
 	return c.AppendEncode(nil)
 }
 
-// positions returns the fetchers' positions into dst.
+// positions returns into dst the input positions after the batches
+// decided (the fetchers may be one batch ahead: see prefetcher).
 func (r *runner) positions(dst []int64) []int64 {
-	dst = dst[:0]
-	for _, f := range r.ins {
-		dst = append(dst, f.Position())
-	}
-	return dst
+	return r.in.positions(dst)
 }
 
 // recover is the recovery protocol of DESIGN section 5: fence the previous
@@ -327,9 +331,7 @@ func (r *runner) recover(ctx context.Context) error {
 		}
 	}
 	r.j.addStats(func(s *Stats) { s.Restored += uint64(restored); s.Recovered++ })
-	for i, f := range r.ins {
-		f.SetPosition(resume[i])
-	}
+	r.in.reset(ctx, resume)
 	r.log.Info("recovered", "input_offset", resume, "output_offset", r.outNext, "store_seq", st.Seq)
 	return nil
 }
@@ -390,13 +392,15 @@ func (r *runner) begin() error {
 	return r.prod.Begin()
 }
 
-// fetch reads the next batch of the raw topic whose turn it is.
-func (r *runner) fetch(ctx context.Context, turn int) (*fetch.Batch, error) {
-	t := turn % len(r.ins)
-	if err := r.ins[t].Fetch(ctx, &r.batch); err != nil {
+// fetch returns the next batch of the raw topics, taken in turn (the
+// turns run on across cycles), fetched ahead by r.in.
+func (r *runner) fetch(context.Context, int) (*fetch.Batch, error) {
+	b, t, err := r.in.next()
+	r.cur = t
+	if err != nil {
 		return nil, fmt.Errorf("fetch %s/%d: %w", r.j.topics[t], r.p, err)
 	}
-	return &r.batch, nil
+	return b, nil
 }
 
 // settle ends a cycle: a cycle that read nothing ends its transaction
@@ -421,7 +425,14 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 			offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off, Metadata: offsetMeta(r.lay.partitions)})
 		}
 	}
-	err := r.prod.SendOffsets(ctx, r.group, offsets)
+	// Every produce of the cycle answered: the output offset is known.
+	err := r.prod.Flush(ctx)
+	if err == nil {
+		if next := r.prod.NextOffset(r.j.cfg.Output.Topic, int32(r.p)); next >= 0 {
+			r.outNext = next
+		}
+		err = r.prod.SendOffsets(ctx, r.group, offsets)
+	}
 	if err == nil {
 		r.j.opts.failpoint(testhook.Produced)
 		if err = r.prod.Commit(ctx); err != nil {
@@ -507,14 +518,15 @@ func (r *runner) settleDoubt(committed []int64) {
 // abort ends the open transaction without effect and forgets the stage's
 // open cycle; cause is returned for the caller to classify.
 func (r *runner) abort(ctx context.Context, cause error) error {
+	r.in.discard() // read again after recovery
 	r.stage.Abort()
 	return abortTxn(ctx, r.prod, r.log, cause)
 }
 
 // decide runs one fetched batch through the stage and lays its emits and
 // DLQ records out for produce.
-func (r *runner) decide(turn int, b *fetch.Batch, cycle *Stats) error {
-	t := turn % len(r.ins)
+func (r *runner) decide(_ int, b *fetch.Batch, cycle *Stats) error {
+	t := r.cur
 	r.met.batch(b, t, r.pos[t], cycle.In)
 	r.recs = convert(r.recs, b)
 	decs, counts, err := r.stage.Process(r.recs, r.decs[:0])
@@ -549,13 +561,12 @@ func (r *runner) decide(turn int, b *fetch.Batch, cycle *Stats) error {
 // records to the stage's DLQ partition, inside the open transaction.
 func (r *runner) produce(ctx context.Context) error {
 	if len(r.emits) > 0 {
-		res, err := r.prod.Produce(ctx, r.j.cfg.Output.Topic, int32(r.p), r.emits)
-		if err != nil {
+		if _, err := r.prod.Produce(ctx, r.j.cfg.Output.Topic, int32(r.p), r.emits); err != nil {
 			return fmt.Errorf("produce to %s/%d: %w", r.j.cfg.Output.Topic, r.p, err)
 		}
-		if res.NextOffset >= 0 {
-			r.outNext = res.NextOffset
-		}
+		// The cycle will commit input offsets: add the group to the
+		// transaction while the batches are out.
+		r.prod.AddOffsetsEarly(ctx, r.group.ID)
 	}
 	if len(r.dlq) > 0 {
 		dp := int32(r.p % r.lay.dlqPartitions)

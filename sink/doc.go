@@ -21,7 +21,12 @@
 //	                (output p, the DLQ partition when used), then RawProduce
 //	                of our record batches (transactional bit, producer id,
 //	                epoch, base sequence, CRC-32C) to the partition leader,
-//	                acks=all, one request at a time
+//	                acks=all, up to MaxInFlight requests at a time
+//	Flush           waits for the produce requests in flight
+//	AddOffsetsEarly optional: AddOffsetsToTxn(group) sent while the
+//	                produce requests are out (the job sends it after a
+//	                cycle's first produce), answer taken by the next
+//	                coordinator request
 //	SendOffsets     AddOffsetsToTxn(group) once per transaction, then
 //	                TxnOffsetCommit(input offsets; generation and member id
 //	                in group mode) to the group coordinator, cached
@@ -36,10 +41,24 @@
 //
 // Sequence numbers run per partition for one producer id and epoch: they
 // continue across the transactions of an epoch, restart at 0 after Init,
-// and advance only after a successful produce. A batch whose produce failed
-// is resent byte for byte with the same sequence, so a retry of a batch the
-// broker already stored is deduplicated (the broker answers with the
-// original offset).
+// and advance only after a successful produce (with MaxInFlight > 1: are
+// given out at send time and set back to the first batch not stored when
+// the window fails). A batch whose produce failed is resent byte for byte
+// with the same sequence, so a retry of a batch the broker already stored
+// is deduplicated (the broker answers with the original offset).
+//
+// # Requests in flight
+//
+// With MaxInFlight > 1 (at most 5, the batches a broker remembers per
+// producer and partition) Produce does not wait for each answer: batches
+// carry consecutive sequences and the broker stores them in sequence order
+// only. Answers are taken in send order; when one is not a success, every
+// request still out is waited for and that batch and every later one that
+// did not succeed are resent one at a time, in order, so nothing is stored
+// out of order or twice. kafka-go's transport sends concurrent requests on
+// separate connections, so a later batch may reach the broker first; it is
+// then refused as out of sequence and resent like any other. See
+// inflight.go.
 //
 // # Delivery guarantees
 //

@@ -186,101 +186,114 @@ const faultRequestTimeout = 300 * time.Millisecond
 // (e) Under lost, late and failed requests every transaction ends committed
 // exactly once or aborted (and is then run again, as the job would after
 // recovery): the read_committed output holds each record exactly once.
+//
+// With five produce requests in flight each transaction takes several
+// batches, so the faulted request has others in flight behind it.
 func TestFaultsNeverDuplicate(t *testing.T) {
-	for _, fc := range faultCases() {
-		t.Run(fc.name, func(t *testing.T) {
-			e := newFakeEnv(t)
-			out, in := e.topic(1), e.topic(1)
-			ctx := ctxT(t)
-			cfg := e.config("faults")
-			cfg.RequestTimeout = faultRequestTimeout
-			cfg.RetryTimeout = 2 * time.Second
-			p, err := NewProducer(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var hits func() int
-			var afterError func()
-			if fc.atInit {
-				hits, afterError = fc.install(t, e.cluster)
-			}
-			if err := p.Init(ctx); err != nil {
-				t.Fatal(err)
-			}
+	for _, inFlight := range []int{1, 5} {
+		for _, fc := range faultCases() {
+			t.Run(fmt.Sprintf("in-flight-%d/%s", inFlight, fc.name), func(t *testing.T) {
+				testFault(t, fc, inFlight)
+			})
+		}
+	}
+}
 
-			const txns, n = 3, 20
-			var failures int
-			for i := range txns {
-				if i == 1 && !fc.atInit {
-					hits, afterError = fc.install(t, e.cluster)
-				}
-				prefix := fmt.Sprint("t", i)
-				recs := makeRecords(prefix, n)
-				for attempt := 1; ; attempt++ {
-					err := oneCycle(ctx, p, out, in, recs, int64(i+1))
-					if err == nil {
-						break
-					}
-					failures++
-					if c := ClassOf(err); c == ClassFenced || c == ClassFatal {
-						t.Fatalf("txn %d: %v (class %v)", i, err, c)
-					}
-					var amb *AmbiguousError
-					if fc.wantAmbiguous && !errors.As(err, &amb) {
-						t.Fatalf("txn %d: %v (class %v), want a *AmbiguousError", i, err, ClassOf(err))
-					}
-					if afterError != nil {
-						afterError()
-						afterError = nil
-					}
-					if err := p.Abort(ctx); err != nil {
-						t.Fatalf("abort after %v: %v", err, err)
-					}
-					// Recovery: the output topic says whether it committed.
-					committed := 0
-					for _, k := range keys(e.drain(out, 0, false)) {
-						if strings.HasPrefix(k, prefix+"-") {
-							committed++
-						}
-					}
-					t.Logf("txn %d attempt %d: %v; recovery finds %d of %d records", i, attempt, err, committed, n)
-					if committed == n {
-						break
-					}
-					if committed != 0 {
-						t.Fatalf("txn %d partly visible: %d of %d records", i, committed, n)
-					}
-					if attempt == 3 {
-						t.Fatalf("txn %d failed %d times", i, attempt)
-					}
-				}
+func testFault(t *testing.T, fc faultCase, inFlight int) {
+	e := newFakeEnv(t)
+	out, in := e.topic(1), e.topic(1)
+	ctx := ctxT(t)
+	cfg := e.config("faults")
+	cfg.RequestTimeout = faultRequestTimeout
+	cfg.RetryTimeout = 2 * time.Second
+	n := 20
+	if inFlight > 1 {
+		cfg.MaxInFlight, cfg.MaxBatchBytes, n = inFlight, 1024, 200 // ~8 batches
+	}
+	p, err := NewProducer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hits func() int
+	var afterError func()
+	if fc.atInit {
+		hits, afterError = fc.install(t, e.cluster)
+	}
+	if err := p.Init(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	const txns = 3
+	var failures int
+	for i := range txns {
+		if i == 1 && !fc.atInit {
+			hits, afterError = fc.install(t, e.cluster)
+		}
+		prefix := fmt.Sprint("t", i)
+		recs := makeRecords(prefix, n)
+		for attempt := 1; ; attempt++ {
+			err := oneCycle(ctx, p, out, in, recs, int64(i+1))
+			if err == nil {
+				break
 			}
-			if hits == nil || hits() == 0 {
-				t.Fatal("the fault never fired")
+			failures++
+			if c := ClassOf(err); c == ClassFenced || c == ClassFatal {
+				t.Fatalf("txn %d: %v (class %v)", i, err, c)
 			}
-			if fc.wantErr && failures == 0 {
-				t.Fatal("the fault did not surface as an error")
+			var amb *AmbiguousError
+			if fc.wantAmbiguous && !errors.As(err, &amb) {
+				t.Fatalf("txn %d: %v (class %v), want a *AmbiguousError", i, err, ClassOf(err))
 			}
-			if !fc.wantErr && failures != 0 {
-				t.Fatalf("%d transactions failed; the fault should have been retried inside the call", failures)
+			if afterError != nil {
+				afterError()
+				afterError = nil
 			}
-			var want []string
-			for i := range txns {
-				want = append(want, recordKeys(makeRecords(fmt.Sprint("t", i), n))...)
+			if err := p.Abort(ctx); err != nil {
+				t.Fatalf("abort after %v: %v", err, err)
 			}
-			if got := keys(e.drain(out, 0, false)); !slices.Equal(got, want) {
-				t.Fatalf("read_committed output (%d records) is not each record once (%d):\n got %v\nwant %v", len(got), len(want), got, want)
-			}
-			if failures == 0 {
-				// Nothing aborted: not even the log holds a second copy.
-				if got := keys(e.drain(out, 0, true)); !slices.Equal(got, want) {
-					t.Fatalf("read_uncommitted output has %d records, want %d", len(got), len(want))
+			// Recovery: the output topic says whether it committed.
+			committed := 0
+			for _, k := range keys(e.drain(out, 0, false)) {
+				if strings.HasPrefix(k, prefix+"-") {
+					committed++
 				}
 			}
-			if got := e.fetchOffsets("faults", in, 0); got[0] != txns {
-				t.Fatalf("committed input offset %d, want %d", got[0], txns)
+			t.Logf("txn %d attempt %d: %v; recovery finds %d of %d records", i, attempt, err, committed, n)
+			if committed == n {
+				break
 			}
-		})
+			if committed != 0 {
+				t.Fatalf("txn %d partly visible: %d of %d records", i, committed, n)
+			}
+			if attempt == 3 {
+				t.Fatalf("txn %d failed %d times", i, attempt)
+			}
+		}
+	}
+	if hits == nil || hits() == 0 {
+		t.Fatal("the fault never fired")
+	}
+	if fc.wantErr && failures == 0 {
+		t.Fatal("the fault did not surface as an error")
+	}
+	if !fc.wantErr && failures != 0 {
+		t.Fatalf("%d transactions failed; the fault should have been retried inside the call", failures)
+	}
+	var want []string
+	for i := range txns {
+		want = append(want, recordKeys(makeRecords(fmt.Sprint("t", i), n))...)
+	}
+	if got := keys(e.drain(out, 0, false)); !slices.Equal(got, want) {
+		t.Fatalf("read_committed output (%d records) is not each record once (%d):\n got %v\nwant %v", len(got), len(want), got, want)
+	}
+	if failures == 0 {
+		// Nothing aborted: not even the log holds a second copy.
+		if got := keys(e.drain(out, 0, true)); !slices.Equal(got, want) {
+			t.Fatalf("read_uncommitted output has %d records, want %d", len(got), len(want))
+		}
+	}
+	if got := e.fetchOffsets("faults", in, 0); got[0] != txns {
+		t.Fatalf("committed input offset %d, want %d", got[0], txns)
 	}
 }
 

@@ -195,6 +195,7 @@ const apiDescribeTransactions = 65
 // producer's transactional id (one attempt, after a coordinator lookup if
 // none is cached).
 func (p *Producer) DescribeTransaction(ctx context.Context) (*TxnState, error) {
+	p.joinEarly()
 	coord, code, err := p.coordinator(ctx, "")
 	if err == nil && code != 0 {
 		err = code

@@ -63,6 +63,16 @@ type Config struct {
 	// The default value is 1 MiB.
 	MaxBatchBytes int
 
+	// MaxInFlight is how many produce requests (record batches) the
+	// producer keeps in flight at once, 1 to MaxInFlightLimit (5). With 1
+	// each batch waits for the previous one's answer. With more, Produce
+	// returns once its batches are sent and the answers are taken in order
+	// later; a batch that fails is resent with every later one, in
+	// sequence order, so the broker stores each once and in order (see
+	// inflight.go). Each request in flight holds a buffer of up to
+	// MaxBatchBytes. The default value is 1.
+	MaxInFlight int
+
 	// Compression compresses every batch with one of kafka-go's codecs.
 	// The default value is compress.None.
 	Compression compress.Compression
@@ -102,6 +112,9 @@ func (c *Config) ApplyDefaults() {
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = DefaultMaxBatchBytes
 	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 1
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -139,6 +152,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBatchBytes < 1024 {
 		bad("MaxBatchBytes", "must be >= 1024, got %d", c.MaxBatchBytes)
+	}
+	if c.MaxInFlight < 1 || c.MaxInFlight > MaxInFlightLimit {
+		bad("MaxInFlight", "must be between 1 and %d, got %d", MaxInFlightLimit, c.MaxInFlight)
 	}
 	if c.Compression != compress.None && c.Compression.Codec() == nil {
 		bad("Compression", "unknown codec %d", c.Compression)
@@ -200,6 +216,17 @@ type Producer struct {
 
 	enc Encoder
 	buf []byte // size prefix + record batch of the last produce
+
+	// The window of produce requests in flight (MaxInFlight > 1), oldest
+	// first, and flights to reuse. See inflight.go.
+	flights []*flight
+	free    []*flight
+	// early is the AddOffsetsToTxn sent ahead by AddOffsetsEarly, nil
+	// when none is out. See offsets_early.go.
+	early *earlyOffsets
+	// txnNext: per partition, one past the last record of the open
+	// transaction acknowledged with its offset.
+	txnNext map[topicPartition]int64
 }
 
 // NewProducer returns a producer; it does no I/O. Call Init before the first
@@ -226,6 +253,7 @@ func NewProducer(cfg Config) (*Producer, error) {
 		seqs:       make(map[topicPartition]int32),
 		txnParts:   make(map[topicPartition]struct{}),
 		txnGroups:  make(map[string]struct{}),
+		txnNext:    make(map[topicPartition]int64),
 	}, nil
 }
 
@@ -290,6 +318,8 @@ func (p *Producer) reinit(ctx context.Context) error {
 }
 
 func (p *Producer) initProducerID(ctx context.Context, pid int64, epoch int16) error {
+	p.settleWindow() // the new epoch fences what is still out; wait for it
+	p.joinEarly()
 	p.resetTxn()
 	res, err := p.coordinatorCall(ctx, call{
 		op:        "init producer id",
@@ -346,6 +376,13 @@ type call struct {
 // coordinator is cached and looked up again only after NOT_COORDINATOR,
 // COORDINATOR_NOT_AVAILABLE or a network error.
 func (p *Producer) coordinatorCall(ctx context.Context, c call) (protocol.Message, error) {
+	p.joinEarly() // one coordinator call at a time
+	return p.callCoordinator(ctx, c)
+}
+
+// callCoordinator is coordinatorCall without waiting for an early
+// AddOffsetsToTxn: that call itself.
+func (p *Producer) callCoordinator(ctx context.Context, c call) (protocol.Message, error) {
 	a := p.newAttempts(ctx, c.op, c.topic, c.partition)
 	for {
 		a.n++

@@ -12,7 +12,6 @@ import (
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
-	"github.com/segmentio/kafka-go/protocol/addoffsetstotxn"
 	"github.com/segmentio/kafka-go/protocol/addpartitionstotxn"
 	"github.com/segmentio/kafka-go/protocol/endtxn"
 	"github.com/segmentio/kafka-go/protocol/produce"
@@ -66,15 +65,23 @@ func (p *Producer) Begin() error {
 	return nil
 }
 
-// Produce writes recs to a partition within the open transaction and returns
-// where they landed. The partition is added to the transaction
-// (AddPartitionsToTxn) on its first use in the transaction. Records are sent
-// in batches of at most MaxBatchBytes, one produce request at a time, with
-// acks=all; a batch that fails with a retriable error is resent unchanged
-// (same sequence), so the broker stores it once.
+// Produce writes recs to a partition within the open transaction. The
+// partition is added to the transaction (AddPartitionsToTxn) on its first
+// use in the transaction. Records are sent in batches of at most
+// MaxBatchBytes with acks=all; a batch that fails with a retriable error is
+// resent unchanged (same sequence), so the broker stores it once.
 //
-// Records must stay unchanged until Produce returns. After any error the
-// transaction can only be aborted.
+// With MaxInFlight 1 each batch is answered before the next is sent and the
+// result says where the records landed. With more, Produce returns once
+// the batches are sent, up to MaxInFlight requests stay in flight (see
+// inflight.go for the order and retry guarantees), BaseOffset and
+// NextOffset are -1, and the failure of a batch may surface in a later
+// Produce, in Flush, SendOffsets or Commit; NextOffset(topic, partition)
+// tells where the records landed after Flush.
+//
+// Records must stay unchanged until Produce returns (they are encoded into
+// the producer's own buffers). After any error the transaction can only be
+// aborted.
 func (p *Producer) Produce(ctx context.Context, topic string, partition int32, recs []Record) (ProduceResult, error) {
 	res := ProduceResult{BaseOffset: -1, NextOffset: -1}
 	if err := p.check("produce", stateTxn); err != nil {
@@ -89,6 +96,13 @@ func (p *Producer) Produce(ctx context.Context, topic string, partition int32, r
 			return res, p.fail(ctx, err)
 		}
 	}
+	if p.cfg.MaxInFlight > 1 {
+		res, err := p.produceAsync(ctx, tp, recs)
+		if err != nil {
+			return res, p.fail(ctx, err)
+		}
+		return res, nil
+	}
 	for first := true; len(recs) > 0; first = false {
 		n := p.batchLen(recs)
 		base, err := p.produceBatch(ctx, tp, recs[:n])
@@ -101,11 +115,37 @@ func (p *Producer) Produce(ctx context.Context, topic string, partition int32, r
 		res.NextOffset = -1
 		if base >= 0 {
 			res.NextOffset = base + int64(n)
+			p.txnNext[tp] = res.NextOffset
 		}
 		res.Batches++
 		recs = recs[n:]
 	}
 	return res, nil
+}
+
+// Flush waits for every produce request in flight (MaxInFlight > 1) and
+// returns the first error, after the retries described in inflight.go.
+// SendOffsets and Commit flush first. After an error the transaction can
+// only be aborted.
+func (p *Producer) Flush(ctx context.Context) error {
+	if err := p.check("flush", stateTxn); err != nil {
+		return err
+	}
+	if err := p.flush(ctx); err != nil {
+		return p.fail(ctx, err)
+	}
+	return nil
+}
+
+// NextOffset returns one past the last record of the open transaction that
+// the broker acknowledged on the partition with its offset, or -1 when none
+// did (or only as a duplicate of a resent batch). Call it after Flush to
+// cover every record produced.
+func (p *Producer) NextOffset(topic string, partition int32) int64 {
+	if off, ok := p.txnNext[topicPartition{topic, partition}]; ok {
+		return off
+	}
+	return -1
 }
 
 // SendOffsets adds input offsets to the open transaction: they become the
@@ -122,23 +162,13 @@ func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) e
 	if len(offsets) == 0 {
 		return nil
 	}
+	if err := p.flush(ctx); err != nil {
+		return p.fail(ctx, err)
+	}
+	p.joinEarly()
 	if _, ok := p.txnGroups[g.ID]; !ok {
 		p.touch()
-		_, err := p.coordinatorCall(ctx, call{
-			op:        "add offsets to txn",
-			topic:     g.ID,
-			partition: -1,
-			build: func() protocol.Message {
-				return &addoffsetstotxn.Request{
-					TransactionalID: p.cfg.TransactionalID,
-					ProducerID:      p.pid,
-					ProducerEpoch:   p.epoch,
-					GroupID:         g.ID,
-				}
-			},
-			code: func(m protocol.Message) kafka.Error { return kafka.Error(m.(*addoffsetstotxn.Response).ErrorCode) },
-		})
-		if err != nil {
+		if _, err := p.coordinatorCall(ctx, p.addOffsetsCall(g.ID)); err != nil {
 			return p.fail(ctx, err)
 		}
 		p.txnGroups[g.ID] = struct{}{}
@@ -201,6 +231,9 @@ func (p *Producer) Commit(ctx context.Context) error {
 	if err := p.check("commit", stateTxn); err != nil {
 		return err
 	}
+	if err := p.flush(ctx); err != nil {
+		return p.fail(ctx, err)
+	}
 	if err := p.endTxn(ctx, true); err != nil {
 		return p.fail(ctx, err)
 	}
@@ -224,6 +257,11 @@ func (p *Producer) Commit(ctx context.Context) error {
 // ErrFenced. Abort re-initialises the same way when EndTxn(abort) fails.
 // It returns nil when there is no transaction to abort.
 func (p *Producer) Abort(ctx context.Context) error {
+	if !p.settleWindow() && p.state != stateFenced {
+		// Some batch of the window was not stored: the broker's sequences
+		// may differ from ours. A new epoch restarts them.
+		p.state = stateRecover
+	}
 	switch p.state {
 	case stateNew, stateReady:
 		return nil
@@ -331,19 +369,11 @@ func (p *Producer) batchLen(recs []Record) int {
 func (p *Producer) produceBatch(ctx context.Context, tp topicPartition, recs []Record) (int64, error) {
 	a := p.newAttempts(ctx, "produce", tp.topic, tp.partition)
 	seq := p.seqs[tp]
-	buf := append(p.buf[:0], 0, 0, 0, 0) // RawRecordSet: records size, then the batch
-	buf, err := p.enc.AppendBatch(buf, BatchHeader{
-		ProducerID:    p.pid,
-		ProducerEpoch: p.epoch,
-		BaseSequence:  seq,
-		Transactional: true,
-		Compression:   p.cfg.Compression,
-	}, recs)
+	buf, err := p.encodeBatch(p.buf, seq, recs)
 	if err != nil {
 		a.n = 1
 		return -1, a.fail(ClassFatal, 0, err)
 	}
-	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 	p.buf = buf
 
 	base, unknown, err := p.sendBatch(a, tp, buf)
@@ -358,6 +388,24 @@ func (p *Producer) produceBatch(ctx context.Context, tp topicPartition, recs []R
 	}
 	p.seqs[tp] = nextSequence(seq, len(recs))
 	return base, nil
+}
+
+// encodeBatch encodes recs as a batch with base sequence seq into dst's
+// memory: the 4-byte size a RawRecordSet starts with, then the batch.
+func (p *Producer) encodeBatch(dst []byte, seq int32, recs []Record) ([]byte, error) {
+	buf := append(dst[:0], 0, 0, 0, 0)
+	buf, err := p.enc.AppendBatch(buf, BatchHeader{
+		ProducerID:    p.pid,
+		ProducerEpoch: p.epoch,
+		BaseSequence:  seq,
+		Transactional: true,
+		Compression:   p.cfg.Compression,
+	}, recs)
+	if err != nil {
+		return dst, err
+	}
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	return buf, nil
 }
 
 // sendBatch is the retry policy of one encoded batch: it sends buf until
@@ -432,6 +480,13 @@ func (p *Producer) produceAttempt(ctx context.Context, tp topicPartition, buf []
 	if code != 0 {
 		return codeOutcome(code, code)
 	}
+	return p.sendTo(ctx, leader, tp, buf)
+}
+
+// sendTo sends buf once to the broker leader and classifies the answer.
+// It changes no producer state, so the requests of the window run it
+// concurrently.
+func (p *Producer) sendTo(ctx context.Context, leader int32, tp topicPartition, buf []byte) sendOutcome {
 	res, err := p.send(ctx, leader, &rawproduce.Request{
 		TransactionalID: p.cfg.TransactionalID,
 		Acks:            -1,
@@ -555,6 +610,7 @@ func (p *Producer) touch() {
 // resetTxn forgets the open transaction; the caller knows it is over, or
 // is about to end it with a new epoch.
 func (p *Producer) resetTxn() {
+	clear(p.txnNext)
 	clear(p.txnParts)
 	clear(p.txnGroups)
 	p.txnErr = nil

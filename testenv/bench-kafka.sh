@@ -14,7 +14,9 @@
 # started and stopped again, namespace included, however this script ends.
 # Environment: KAFKA_PORT_BASE, KAFKA_RTT_US, KAFKA_CPUS (brokers' cores, default
 # the last), JOB_CPUS (dsbench's, default all but the last), RECORDS (default 400k),
-# REPS (default 3), PARTITIONS (default 4), BENCHFLAGS (more dsbench flags).
+# REPS (default 3), PARTITIONS (default 4), BENCHFLAGS (more dsbench flags), ARMS
+# (dsbench -arms instead of the default ones; routes "relay" and "rtt", e.g.
+# "copy-job=copy-job@relay;dedupstream serial=dedupstream@relay,inflight=1,ahead=false").
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -44,6 +46,7 @@ rtt=$("$kafka" brokers delayed)
 label="rtt${KAFKA_RTT_US:-1000}us"
 arms="producer-perf=producer-perf@relay;consumer-perf=consumer-perf@relay;copy-job=copy-job@relay;dedupstream=dedupstream@relay"
 arms+=";producer-perf $label=producer-perf@rtt;consumer-perf $label=consumer-perf@rtt;copy-job $label=copy-job@rtt;dedupstream $label=dedupstream@rtt"
+arms=${ARMS:-$arms}
 cd "$repo"
 go build -o "$repo/bin/dsbench" ./bench/cmd/dsbench
 # shellcheck disable=SC2086

@@ -31,6 +31,9 @@ type CopyJob struct {
 	// and the produce batch limit (0: the job's config defaults), so the
 	// copy job sends the requests the job sends.
 	FetchMaxBytes, BatchMaxBytes int
+	// MaxInFlight is the produce requests in flight per transaction, as
+	// the job's produce.max_in_flight (0: one at a time).
+	MaxInFlight int
 }
 
 // Run copies until ctx ends, then commits the open cycle and returns.
@@ -72,7 +75,7 @@ func (c *CopyJob) Run(ctx context.Context, ready func()) error {
 
 func (c *CopyJob) partition(ctx context.Context, p int, ready func()) error {
 	prod, err := sink.NewProducer(sink.Config{Client: c.Client, TransactionalID: fmt.Sprintf("%s-%d", c.Group, p),
-		MaxBatchBytes: cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes))})
+		MaxBatchBytes: cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes)), MaxInFlight: c.MaxInFlight})
 	if err != nil {
 		return err
 	}

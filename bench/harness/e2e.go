@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,7 +40,12 @@ type E2ECase struct {
 	// FetchMaxBytes (per partition) and BatchMaxBytes (produce) of both
 	// jobs; 0 is the job's config default.
 	FetchMaxBytes, BatchMaxBytes int
-	Dir                          string // parent of the state directories
+	// MaxInFlight is the produce requests in flight per transaction of
+	// both jobs (0: the job's default, 1: one at a time), NoFetchAhead
+	// turns the job's fetch.ahead off (the copy job never fetches ahead).
+	MaxInFlight  int
+	NoFetchAhead bool
+	Dir          string // parent of the state directories
 }
 
 // RunE2E runs an end-to-end case and returns one result per system and rep.
@@ -258,11 +264,14 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, group string, ends map[s
 			req.Topics = append(req.Topics, rt)
 		}
 		res, err := req.RequestWith(ctx, cl)
-		if err != nil {
+		if err != nil && !kerr.IsRetriable(err) {
 			return fmt.Errorf("offset fetch: %w", err)
 		}
+		if err != nil {
+			res = kmsg.NewPtrOffsetFetchResponse()
+		}
 		var sum int64
-		caught := true
+		caught := err == nil // a coordinator still loading: ask again
 		got := map[string]map[int32]int64{}
 		for _, t := range res.Topics {
 			got[t.Topic] = map[int32]int64{}
@@ -309,6 +318,7 @@ func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, 
 		Topics: raw, Output: out, Group: out, Partitions: parts,
 		Interval: c.Interval, MaxRecords: c.MaxRecords,
 		FetchMaxBytes: c.FetchMaxBytes, BatchMaxBytes: c.BatchMaxBytes,
+		MaxInFlight: cmp.Or(c.MaxInFlight, config.DefaultProduceMaxInFlight),
 	}
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -342,8 +352,8 @@ assignment: {partitions: [%s]}
 dedup: {%sexpected_keys: %d}
 state: {dir: %q}
 commit: {interval: %s, max_records: %d}
-fetch: {partition_max_bytes: %d}
-produce: {batch_max_bytes: %d}
+fetch: {partition_max_bytes: %d, ahead: %t}
+produce: {batch_max_bytes: %d, max_in_flight: %d}
 metrics: {listen: "off"}
 log: {level: warn}
 `
@@ -379,7 +389,8 @@ func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string,
 	}
 	text := fmt.Sprintf(jobConfig, out, quoteList(brokers), quoteList(raw), out, out+"-dlq", strings.Join(parts, ", "),
 		window, perPartition, filepath.Join(dir, "state"), c.Interval, c.MaxRecords,
-		cmp.Or(c.FetchMaxBytes, int(config.DefaultFetchPartitionMaxBytes)), cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes)))
+		cmp.Or(c.FetchMaxBytes, int(config.DefaultFetchPartitionMaxBytes)), !c.NoFetchAhead,
+		cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes)), cmp.Or(c.MaxInFlight, config.DefaultProduceMaxInFlight))
 	path := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		return 0, err

@@ -45,6 +45,10 @@ type KafkaArm struct {
 	// as batch.size and Interval as its transaction duration.
 	Interval                     time.Duration
 	FetchMaxBytes, BatchMaxBytes int
+	// MaxInFlight and NoFetchAhead override the case's pipelining of the
+	// two jobs (0, false: the case's).
+	MaxInFlight  int
+	NoFetchAhead bool
 }
 
 // KafkaCase is a real-cluster run.
@@ -119,6 +123,10 @@ func RunKafka(ctx context.Context, c KafkaCase, p *Progress) ([]Result, error) {
 			if a.BatchMaxBytes > 0 {
 				ec.BatchMaxBytes = a.BatchMaxBytes
 			}
+			if a.MaxInFlight > 0 {
+				ec.MaxInFlight = a.MaxInFlight
+			}
+			ec.NoFetchAhead = ec.NoFetchAhead || a.NoFetchAhead
 			// Record the sizes in force, defaults resolved, so that arms
 			// compare by what they sent.
 			ec.FetchMaxBytes = cmp.Or(ec.FetchMaxBytes, int(config.DefaultFetchPartitionMaxBytes))

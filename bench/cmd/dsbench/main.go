@@ -85,10 +85,12 @@ func run(args []string) int {
 	interval := fs.Duration("commit-interval", 100*time.Millisecond, "e2e: commit interval of both jobs")
 	maxRecords := fs.Int("commit-max-records", 50_000, "e2e: records per commit cycle of both jobs")
 	fetchBytes := fs.String("fetch-max-bytes", "", "e2e, kafka: per-partition fetch limit of both jobs (default the job's, "+config.DefaultFetchPartitionMaxBytes.String()+")")
+	maxInFlight := fs.Int("max-in-flight", 0, "e2e, kafka: produce requests in flight per transaction of both jobs (default the job's, 1: one at a time)")
+	noAhead := fs.Bool("no-fetch-ahead", false, "e2e, kafka: turn the job's fetch.ahead off")
 	batchBytes := fs.String("produce-batch-bytes", "", "e2e, kafka: produce batch limit of both jobs (default the job's, "+config.DefaultProduceBatchMaxBytes.String()+")")
 	routes := fs.String("routes", "", "kafka: named broker lists, NAME=host:port,...;NAME=... (the first creates topics and reads outputs back unless -setup-route)")
 	setupRoute := fs.String("setup-route", "", "kafka: the route that creates topics, produces the stream and reads outputs back")
-	arms := fs.String("arms", "", "kafka: what to measure, ARM;ARM...; ARM is LABEL=SYSTEM@ROUTE[,interval=D][,fetch=SIZE][,batch=SIZE], SYSTEM one of dedupstream, copy-job, producer-perf, consumer-perf")
+	arms := fs.String("arms", "", "kafka: what to measure, ARM;ARM...; ARM is LABEL=SYSTEM@ROUTE[,interval=D][,fetch=SIZE][,batch=SIZE][,inflight=N][,ahead=BOOL], SYSTEM one of dedupstream, copy-job, producer-perf, consumer-perf")
 	brokerPIDs := fs.String("broker-pids", "", "kafka: pids of the broker processes, comma-separated, for their CPU time")
 	kafkaLib := fs.String("kafka-lib", ".kafka/lib", "kafka: directory of the broker's jars (kafka-tools among them)")
 	zipf := fs.Float64("zipf", 0, "Zipf exponent of far duplicates (0 uniform, > 1 hot keys)")
@@ -290,7 +292,8 @@ func run(args []string) int {
 			}
 			sp.Partitions, sp.Topics = or(*partitions, p.partitions), or(*topics, p.topics)
 			c := harness.E2ECase{Spec: sp, Records: n, Reps: or(*reps, p.reps), Replication: int16(*replication),
-				Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax}
+				Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax,
+				MaxInFlight: *maxInFlight, NoFetchAhead: *noAhead}
 			if *brokers != "" {
 				c.Brokers = strings.Split(*brokers, ",")
 			} else {
@@ -311,7 +314,8 @@ func run(args []string) int {
 			}
 			sp.Partitions, sp.Topics = or(*partitions, p.partitions), or(*topics, 1)
 			kc.E2E = harness.E2ECase{Spec: sp, Records: n, Reps: or(*reps, p.reps), Replication: int16(*replication),
-				Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax}
+				Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax,
+				MaxInFlight: *maxInFlight, NoFetchAhead: *noAhead}
 			rs, err := harness.RunKafka(ctx, kc, prog)
 			for _, r := range rs {
 				add(r, nil)
@@ -430,8 +434,14 @@ func kafkaCase(routes, setup, arms, pids string) (harness.KafkaCase, error) {
 				arm.FetchMaxBytes, err = optSize(v)
 			case "batch":
 				arm.BatchMaxBytes, err = optSize(v)
+			case "inflight":
+				arm.MaxInFlight, err = strconv.Atoi(v)
+			case "ahead":
+				var on bool
+				on, err = strconv.ParseBool(v)
+				arm.NoFetchAhead = !on
 			default:
-				err = fmt.Errorf("unknown option %q (interval, fetch, batch)", k)
+				err = fmt.Errorf("unknown option %q (interval, fetch, batch, inflight, ahead)", k)
 			}
 			if err != nil {
 				return kc, fmt.Errorf("-arms: %s: %v", label, err)
