@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
 
@@ -316,4 +318,50 @@ func bytesAdd(bf *bloom.BloomFilter, h partition.Hash) {
 	var kb [16]byte
 	h.Put(kb[:])
 	bf.Add(kb[:])
+}
+
+// BenchmarkMaskAll probes a batch of 256 keys (the stage's chunk) key by key
+// with Mask and in one MaskAll call, on the same filled windows; cpu-ns/key
+// is the process CPU per key.
+func BenchmarkMaskAll(b *testing.B) {
+	const chunk = 256
+	for _, w := range benchWindows {
+		f := filledWindow(b, w.perGen)
+		for _, ns := range []struct {
+			name string
+			ns   byte
+		}{{"absent", nsAbsent}, {"present", nsPresent}} {
+			probes := probeKeys(ns.ns, benchProbes, uint64(w.perGen)*benchGenerations)
+			masks := make([]uint64, chunk)
+			for _, v := range []struct {
+				name string
+				fn   func(hs []partition.Hash)
+			}{
+				{"mask", func(hs []partition.Hash) {
+					for i, h := range hs {
+						masks[i] = f.Mask(h)
+					}
+				}},
+				{"maskall", func(hs []partition.Hash) { f.MaskAll(hs, masks) }},
+			} {
+				b.Run(w.name+"/"+ns.name+"/"+v.name, func(b *testing.B) {
+					b.ReportAllocs()
+					cpu := cpuTime()
+					keys := 0
+					for i := 0; b.Loop(); i++ {
+						lo := (i * chunk) & (benchProbes - 1)
+						v.fn(probes[lo : lo+chunk])
+						keys += chunk
+					}
+					b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(keys), "cpu-ns/key")
+				})
+			}
+		}
+	}
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -29,6 +29,7 @@ type Filter struct {
 	grown uint64 // bit i set: slots[i] has more than one sub-filter
 	tag   uint64
 	mark  uint64
+	sink  uint64 // keeps MaskAll's reading ahead alive
 }
 
 // slot is one generation: its first sub-filter, which every generation has
@@ -169,6 +170,13 @@ func (f *Filter) reset(idx int) {
 func (f *Filter) Test(h partition.Hash) bool {
 	return f.match(h, true) != 0
 }
+
+// Mask returns the live generations whose sub-filters may hold h as a bit
+// mask: bit i stands for generation Current()-i. Every live generation h
+// was added to is in it. It is Candidates without the slice, for a caller
+// that probes a whole batch of keys before deciding any (the CPU then
+// overlaps the cache misses of consecutive keys).
+func (f *Filter) Mask(h partition.Hash) uint64 { return f.match(h, false) }
 
 // Candidates appends to dst the live generations whose sub-filters may hold
 // h, newest first, and returns the extended slice. Every live generation h

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"testing"
+
+	"github.com/dedupstream/dedupstream/partition"
 )
 
 var smallCfg = Config{KeysPerGeneration: 1000, FalsePositiveRate: 0.001, Generations: 3}
@@ -169,6 +171,35 @@ func TestFewProbes(t *testing.T) {
 		}
 		if rate := float64(positives) / 500; rate > 2*tt.cfg.FalsePositiveRate || rate == 0 {
 			t.Errorf("k=%d: false-positive rate %.3f, target %.2f", f.k, rate, tt.cfg.FalsePositiveRate)
+		}
+	}
+}
+
+// TestMaskAll: MaskAll gives every key the mask Mask gives it, on batches
+// shorter and longer than its read-ahead, with keys present in several
+// generations and grown sub-filters.
+func TestMaskAll(t *testing.T) {
+	f := mustNew(t, Config{KeysPerGeneration: 1000, FalsePositiveRate: 0.01, Generations: 4}, 0)
+	var hs []partition.Hash
+	for gen := uint64(0); gen < 4; gen++ {
+		if gen > 0 {
+			f.Advance(gen)
+		}
+		for j := uint64(0); j < 3000; j++ { // three times the sizing: grows
+			h := key(nsPresent, gen*10_000+j)
+			f.Add(h)
+			if j%50 == 0 {
+				hs = append(hs, h, key(nsAbsent, gen*10_000+j))
+			}
+		}
+	}
+	for _, n := range []int{0, 1, 7, 8, 9, len(hs)} {
+		masks := make([]uint64, n)
+		f.MaskAll(hs[:n], masks)
+		for i := range n {
+			if want := f.Mask(hs[i]); masks[i] != want {
+				t.Fatalf("n=%d: key %d: mask %b, want %b", n, i, masks[i], want)
+			}
 		}
 	}
 }

@@ -113,3 +113,30 @@ func (f *Filter) matchGrown(h partition.Hash, mask uint64, any bool) uint64 {
 	}
 	return mask
 }
+
+// maskAhead is how many keys MaskAll reads ahead of the one it tests.
+const maskAhead = 8
+
+// MaskAll sets masks[i] to Mask(hs[i]) for every i (len(masks) >=
+// len(hs)). Before testing key i it reads the first word of key i+maskAhead's
+// block in every live generation: loads that do not depend on anything
+// before them, so the CPU keeps the cache misses of several keys in flight
+// while it tests the earlier ones, whose blocks then mostly hit the cache
+// (BenchmarkMaskAll: the same masks for fewer cycles per key on a window
+// larger than the caches).
+func (f *Filter) MaskAll(hs []partition.Hash, masks []uint64) {
+	masks = masks[:len(hs)]
+	var sink uint64
+	for i := range hs {
+		if j := i + maskAhead; j < len(hs) {
+			off := blockAt(hs[j], f.nblocks)
+			idx := f.head
+			for range f.nlive {
+				sink += f.slots[idx].words[off]
+				idx = f.prev(idx)
+			}
+		}
+		masks[i] = f.match(hs[i], false)
+	}
+	f.sink += sink
+}

@@ -7,12 +7,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/dedupstream/dedupstream/partition"
+	"github.com/dedupstream/dedupstream/statestore"
 )
 
 // The engine benchmarks measure a stage alone (no broker): key extraction,
@@ -56,14 +58,16 @@ const benchEpochMs = 1_700_000_000_000
 
 const keyPad = "-abcdefghijklmnopqrstuvwxyz"
 
-// appendKey writes key i: "ord-" + 12 digits, padded by i%21 bytes.
+// appendKey writes key i: "ord-" + i in at least 12 digits, zero-padded on
+// the left, then i%21 bytes of padding. Distinct i give distinct keys (the
+// digits alone determine i); padding the digits on the right made key i and
+// key i*10^6 identical, since 10^6 % 21 == 1.
 func appendKey(dst []byte, i uint64) []byte {
 	dst = append(dst, "ord-"...)
-	start := len(dst)
-	dst = strconv.AppendUint(dst, i, 10)
-	for len(dst)-start < 12 {
+	for p := uint64(100_000_000_000); p > 1 && i < p; p /= 10 {
 		dst = append(dst, '0')
 	}
+	dst = strconv.AppendUint(dst, i, 10)
 	return append(dst, keyPad[:i%21]...)
 }
 
@@ -88,9 +92,14 @@ func (k *keyStream) batch(n int, fresh bool) []Record {
 // benchEnv is a pre-filled stage kept across the b.N rounds of one size.
 type benchEnv struct {
 	dir    string
+	budget *statestore.Budget
 	stage  *Stage
 	stream *keyStream
 	seen   map[partition.Hash]struct{}
+	// rssPerKey is the growth of the process RSS over the pre-fill per key
+	// (after a GC that returns freed heap), bloomPerKey the Bloom front's
+	// share of it.
+	rssPerKey, bloomPerKey float64
 }
 
 var benchEnvs = map[string]*benchEnv{}
@@ -114,8 +123,15 @@ func openBenchEnv(b *testing.B, keys int, ceiling bool) *benchEnv {
 		if err != nil {
 			b.Fatal(err)
 		}
+		rss0 := settledRSS()
 		e.dir = dir
-		st, err := Open(dir, benchConfig(keys), Options{Clock: benchClock})
+		// The store's memory as the job gives it by default: one Budget
+		// of statestore.DefaultMemory (a shared block cache; memtables
+		// planned from it) for the one store.
+		if e.budget, err = statestore.NewBudget(statestore.DefaultMemory, 0); err != nil {
+			b.Fatal(err)
+		}
+		st, err := Open(dir, benchConfig(keys), Options{Clock: benchClock, Store: e.budget.Options(statestore.Options{}, 1)})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -129,6 +145,13 @@ func openBenchEnv(b *testing.B, keys int, ceiling bool) *benchEnv {
 				b.Fatal(err)
 			}
 		}
+		e.rssPerKey = float64(settledRSS()-rss0) / float64(keys)
+		bloom := 0
+		for _, g := range st.filter.Stats() {
+			bloom += g.Bytes
+		}
+		e.bloomPerKey = float64(bloom) / float64(keys)
+		b.Logf("RSS grew %.1f B/key over the pre-fill, %.1f of them the Bloom front", e.rssPerKey, e.bloomPerKey)
 	}
 	b.Logf("prefilled %d keys (ceiling=%v) in %v", keys, ceiling, time.Since(start).Round(time.Millisecond))
 	benchEnvs[name] = e
@@ -140,6 +163,9 @@ func closeBenchEnvs() {
 		if e.stage != nil {
 			e.stage.Close()
 			os.RemoveAll(e.dir)
+		}
+		if e.budget != nil {
+			e.budget.Close()
 		}
 		delete(benchEnvs, name)
 	}
@@ -162,6 +188,7 @@ func benchStage(b *testing.B, e *benchEnv, dup float64) {
 	var c Counts
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	for done := 0; done < b.N; done += benchBatch {
 		recs := e.stream.batch(min(benchBatch, b.N-done), false)
 		var bc Counts
@@ -175,6 +202,8 @@ func benchStage(b *testing.B, e *benchEnv, dup float64) {
 		c.Add(bc)
 	}
 	b.StopTimer()
+	reportCPU(b, cpu)
+	b.ReportMetric(e.rssPerKey-e.bloomPerKey, "prefill-rss-B/key-beyond-bloom")
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	if c.In > 0 {
 		b.ReportMetric(float64(c.StoreReads)/float64(c.In), "reads/record")
@@ -186,6 +215,7 @@ func benchMap(b *testing.B, e *benchEnv, dup float64) {
 	e.stream.dup = dup
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu := cpuTime()
 	for done := 0; done < b.N; done += benchBatch {
 		for _, r := range e.stream.batch(min(benchBatch, b.N-done), false) {
 			h := partition.HashKey(r.Key)
@@ -195,7 +225,29 @@ func benchMap(b *testing.B, e *benchEnv, dup float64) {
 		}
 	}
 	b.StopTimer()
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+}
+
+// settledRSS is the process's resident set after a GC that returns freed
+// heap to the system (bytes, from /proc/self/statm; 0 if unreadable).
+func settledRSS() int64 {
+	debug.FreeOSMemory()
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	var size, rss int64
+	if _, err := fmt.Sscan(string(b), &size, &rss); err != nil {
+		return 0
+	}
+	return rss * int64(os.Getpagesize())
+}
+
+// reportCPU reports the process CPU per record since start: on a shared
+// machine the steady figure, where records/s is wall clock.
+func reportCPU(b *testing.B, start time.Duration) {
+	b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N), "cpu-ns/record")
 }
 
 // BenchmarkReopen measures how long a stage with a full window takes to be
@@ -332,4 +384,24 @@ func TestKill9Child(t *testing.T) {
 	}
 	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	select {}
+}
+
+// TestAppendKeyDistinct checks that the benchmark's keys are distinct, across
+// the digit lengths and the i*10^6 pairs the old right padding merged.
+func TestAppendKeyDistinct(t *testing.T) {
+	seen := map[string]uint64{}
+	check := func(i uint64) {
+		k := string(appendKey(nil, i))
+		if j, ok := seen[k]; ok && j != i {
+			t.Fatalf("keys %d and %d are both %q", i, j, k)
+		}
+		seen[k] = i
+		if n := len(k); n < 16 || n > 36 {
+			t.Fatalf("key %d is %d bytes, want 16 to 36", i, n)
+		}
+	}
+	for i := uint64(0); i < 200_000; i++ {
+		check(i)
+		check(i * 1_000_000)
+	}
 }

@@ -32,6 +32,16 @@
 //     miss is a Bloom false positive and the key is emitted. A false positive
 //     therefore costs one read and never drops a record.
 //
+// How: Process hashes the records and probes the Bloom front for a chunk of
+// 256 records before deciding any of them (filter.MaskAll reads ahead, so
+// the CPU overlaps the cache misses of consecutive keys); the masks name
+// generations, so a rotation inside the chunk only drops the generations
+// that left the window. Keys the chunk itself emits are in the collapse set,
+// which answers before the masks are read. The collapse set is an
+// open-addressing table reused across cycles (no Go map, no allocation),
+// and the store Reader stays open across batches: refreshed once per batch,
+// it keeps one iterator per run (statestore, "Reads").
+//
 // In Mode "first" (default) any repeat inside the window is dropped. In Mode
 // "version" a record is kept only if its version field is greater than the
 // version last emitted for its key within the window (CDC updates, replays).

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"os"
 	"path/filepath"
 	"time"
@@ -55,14 +56,64 @@ type Stage struct {
 	nowMs int64  // stage clock, Unix ms, never decreasing
 	cur   uint64 // current (newest) generation
 
-	cycle  map[partition.Hash]pending // keys emitted since the last Commit
-	batch  *statestore.Batch
-	reader statestore.Reader // open during Process once a key needs confirming
+	cycle collapseSet // keys emitted since the last Commit
+	batch *statestore.Batch
+	// reader confirms keys; it stays open across batches (its iterators
+	// are reused) and is refreshed once per batch, when the batch first
+	// needs it (fresh).
+	reader statestore.Reader
+	fresh  bool
 	cands  []uint64
+	probe  batchProbe
 	err    error // sticky: a failed store stops the stage
 
 	restoreKeyer *RestoreKeyer // Restore's, made on first use
 	restored     Restored
+}
+
+// batchProbe is what Process computes for a chunk of a batch before
+// deciding any of its records: each record's key hash, version and
+// dead-letter reason, then its Bloom mask (bit i: generation cur-i).
+// Probing the Bloom front of every record in one tight loop lets the CPU
+// overlap the cache misses of consecutive records, where probing inside
+// each decision waited for one record's misses at a time. Keys the batch itself emits are not in the
+// masks; the collapse set answers for those.
+type batchProbe struct {
+	hs       []partition.Hash
+	versions []uint64
+	reasons  []string
+	masks    []uint64
+	cur      uint64 // the filter's newest generation when the masks were taken
+}
+
+// probeChunk is how many records Process probes ahead of deciding them:
+// enough to overlap many cache misses, few enough that the Bloom blocks a
+// decision then sets bits in (an emitted key's newest generation) are
+// still in the CPU's cache (256 records touch at most 64 KiB of blocks per
+// generation).
+const probeChunk = 256
+
+// prepare fills p for in.
+func (p *batchProbe) prepare(s *Stage, in []Record) {
+	n := len(in)
+	if cap(p.hs) < n {
+		p.hs = make([]partition.Hash, n)
+		p.versions = make([]uint64, n)
+		p.reasons = make([]string, n)
+		p.masks = make([]uint64, n)
+	}
+	p.hs, p.versions, p.reasons, p.masks = p.hs[:n], p.versions[:n], p.reasons[:n], p.masks[:n]
+	for i := range in {
+		key, version, reason := s.keyer.Key(&in[i])
+		p.versions[i], p.reasons[i] = version, reason
+		p.hs[i] = partition.Hash{}
+		if reason == "" {
+			p.hs[i] = partition.HashKey(key)
+		}
+	}
+	p.cur = s.filter.Current()
+	// Dead-lettered records probe a zero hash; their masks are not read.
+	s.filter.MaskAll(p.hs, p.masks)
 }
 
 // Open opens (or creates) the stage state in dir and makes the Bloom front
@@ -98,7 +149,6 @@ func Open(dir string, cfg Config, opts Options) (*Stage, error) {
 		log:   opts.Logger,
 		dir:   dir,
 		store: store,
-		cycle: make(map[partition.Hash]pending),
 		batch: store.NewBatch(),
 		cands: make([]uint64, 0, cfg.Generations+1),
 	}
@@ -220,7 +270,7 @@ func (s *Stage) SaveSnapshot() error {
 	if s.err != nil {
 		return s.err
 	}
-	if len(s.cycle) > 0 {
+	if s.cycle.len() > 0 {
 		return errors.New("pipeline: save bloom snapshot: a cycle is open")
 	}
 	return s.writeSnapshot()
@@ -284,20 +334,21 @@ func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error)
 		s.tick(wall)
 	}
 	oldest := s.win.oldestLive(s.cur)
+	s.fresh = false
 	var err error
-	for i := range in {
-		if recordTime && s.tick(s.recordTime(&in[i], wall)) {
-			oldest = s.win.oldestLive(s.cur)
+	for lo := 0; lo < len(in) && err == nil; lo += probeChunk {
+		chunk := in[lo:min(lo+probeChunk, len(in))]
+		s.probe.prepare(s, chunk)
+		for i := range chunk {
+			if recordTime && s.tick(s.recordTime(&chunk[i], wall)) {
+				oldest = s.win.oldestLive(s.cur)
+			}
+			var d Decision
+			if d, err = s.decide(i, oldest, &c); err != nil {
+				break
+			}
+			out = append(out, d)
 		}
-		var d Decision
-		if d, err = s.decide(&in[i], oldest, &c); err != nil {
-			break
-		}
-		out = append(out, d)
-	}
-	// One store reader serves every confirmation of the batch.
-	if cerr := s.reader.Close(); err == nil {
-		err = cerr
 	}
 	if err != nil {
 		s.err = fmt.Errorf("pipeline: lookup: %w", err)
@@ -307,16 +358,17 @@ func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error)
 	return out, c, nil
 }
 
-func (s *Stage) decide(r *Record, oldest uint64, c *Counts) (Decision, error) {
-	key, version, reason := s.keyer.Key(r)
-	if reason != "" {
+// decide decides record i of the batch s.probe was prepared for.
+func (s *Stage) decide(i int, oldest uint64, c *Counts) (Decision, error) {
+	p := &s.probe
+	if reason := p.reasons[i]; reason != "" {
 		c.DeadLettered++
 		return Decision{Verdict: DeadLetter, Reason: reason}, nil
 	}
-	h := partition.HashKey(key)
+	h, version := p.hs[i], p.versions[i]
 
 	// Collapse: a key emitted in the open cycle needs no lookup.
-	if p, ok := s.cycle[h]; ok && p.gen >= oldest {
+	if p := s.cycle.get(h); p != nil && p.gen >= oldest {
 		if !s.newer(version, p.version) {
 			c.DroppedBatch++
 			return Decision{Verdict: DropBatch}, nil
@@ -324,17 +376,26 @@ func (s *Stage) decide(r *Record, oldest uint64, c *Counts) (Decision, error) {
 		return s.emit(h, version, c), nil
 	}
 
-	// Bloom front, then exact confirmation in the generations it names.
-	s.cands = s.filter.Candidates(h, s.cands[:0])
+	// Bloom front (probed for the whole batch before), then exact
+	// confirmation in the live generations it names, newest first. A
+	// generation the window dropped since the probe is skipped.
+	s.cands = s.cands[:0]
+	for m := p.masks[i]; m != 0; m &= m - 1 {
+		if g := p.cur - uint64(bits.TrailingZeros64(m)); g >= oldest {
+			s.cands = append(s.cands, g)
+		}
+	}
 	if len(s.cands) == 0 {
 		c.BloomNegative++
 		return s.emit(h, version, c), nil
 	}
 	c.StoreReads++
-	if !s.reader.IsOpen() {
+	if !s.fresh {
+		// One refresh serves every confirmation of the batch.
 		if err := s.store.OpenReader(&s.reader); err != nil {
 			return Decision{}, err
 		}
+		s.fresh = true
 	}
 	_, stored, found, err := s.reader.Lookup(h, s.cands)
 	if err != nil {
@@ -358,7 +419,7 @@ func (s *Stage) newer(v, old uint64) bool {
 }
 
 func (s *Stage) emit(h partition.Hash, version uint64, c *Counts) Decision {
-	s.cycle[h] = pending{gen: s.cur, version: version}
+	s.cycle.set(h, pending{gen: s.cur, version: version})
 	s.filter.Add(h)
 	c.Emitted++
 	return Decision{Verdict: Emit}
@@ -373,16 +434,16 @@ func (s *Stage) Commit(checkpoint []byte) error {
 		return s.err
 	}
 	oldest := s.win.oldestLive(s.cur)
-	for h, p := range s.cycle {
-		if p.gen >= oldest {
-			s.batch.Put(p.gen, h, p.version)
+	for i := range s.cycle.entries {
+		if e := &s.cycle.entries[i]; e.gen >= oldest {
+			s.batch.Put(e.gen, e.h, e.version)
 		}
 	}
 	if _, err := s.store.Commit(s.batch, statestore.State{Generation: s.cur, Checkpoint: checkpoint}); err != nil {
 		s.err = fmt.Errorf("pipeline: commit: %w", err)
 		return s.err
 	}
-	clear(s.cycle)
+	s.cycle.reset()
 	// A no-op unless the window moved since the store's last expiry.
 	if err := s.store.Expire(oldest); err != nil {
 		s.err = fmt.Errorf("pipeline: expire below generation %d: %w", oldest, err)
@@ -395,7 +456,7 @@ func (s *Stage) Commit(checkpoint []byte) error {
 // same input will be processed again. Keys it added to the Bloom front stay
 // there; they can only cost a store read, never a drop.
 func (s *Stage) Abort() {
-	clear(s.cycle)
+	s.cycle.reset()
 	s.batch.Reset()
 }
 
@@ -415,6 +476,9 @@ func (s *Stage) Close() error {
 	}
 	s.Abort()
 	var errs []error
+	if err := s.reader.Close(); err != nil && s.err == nil {
+		errs = append(errs, err)
+	}
 	if s.err == nil {
 		if err := s.writeSnapshot(); err != nil {
 			errs = append(errs, err)

@@ -155,7 +155,7 @@ type replay struct {
 // replayLogs reads the logs in order and applies every commit after seq,
 // stopping at the first torn record or gap in the commit sequence.
 func replayLogs(fs vfs.FS, dir string, nums []uint64, seq uint64) (*replay, error) {
-	r := &replay{mem: newMemIndex(0)}
+	r := &replay{mem: newMemIndex(0, 0)}
 	next := seq + 1
 	var es []entry
 	for _, n := range nums {

@@ -89,8 +89,9 @@ func (s *Store) Generations() (gens []GenStats, err error) {
 	}
 	floor := s.floorGen()
 	s.viewMu.RLock()
+	// Held to the end: the flusher reuses an index once it is unpublished.
+	defer s.viewMu.RUnlock()
 	active, imm, rs := s.active, s.imm, s.runs.Load()
-	s.viewMu.RUnlock()
 	ids := imm.generations(active.generations(nil))
 	for g := range rs.gens {
 		ids = append(ids, g)
@@ -113,7 +114,8 @@ func (s *Store) Generations() (gens []GenStats, err error) {
 }
 
 // DiskUsage returns the bytes the store occupies on disk: live and obsolete
-// sstables, WAL and manifest. It returns 0 once the store is unusable.
+// sstables, Pebble's WAL and manifest, and the commit logs. It returns 0
+// once the store is unusable.
 func (s *Store) DiskUsage() (n uint64) {
 	if s.usable() != nil {
 		return 0
@@ -122,5 +124,22 @@ func (s *Store) DiskUsage() (n uint64) {
 		n = s.db.Metrics().DiskSpaceUsage()
 		return nil
 	})
+	return n + s.logBytes()
+}
+
+// logBytes is the size of the commit logs on disk (a log removed while it
+// is listed counts 0).
+func (s *Store) logBytes() uint64 {
+	fs := s.opts.FS
+	nums, err := listLogs(fs, s.dir)
+	if err != nil {
+		return 0
+	}
+	var n uint64
+	for _, num := range nums {
+		if fi, err := fs.Stat(fs.PathJoin(s.dir, logName(num))); err == nil {
+			n += uint64(fi.Size())
+		}
+	}
 	return n
 }

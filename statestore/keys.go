@@ -58,6 +58,13 @@ func putRunKey(k []byte, gen, id uint64, h partition.Hash) {
 	h.Put(k[17:33])
 }
 
+// putRunPrefix writes the prefix 0x01+gen+id into k (runPrefixLen bytes).
+func putRunPrefix(k []byte, gen, id uint64) {
+	k[0] = prefixBucket
+	binary.BigEndian.PutUint64(k[1:9], gen)
+	binary.BigEndian.PutUint64(k[9:17], id)
+}
+
 // runStart returns the first key of run id of generation gen.
 func runStart(gen, id uint64) []byte {
 	k := make([]byte, runPrefixLen)

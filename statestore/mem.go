@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/dedupstream/dedupstream/partition"
 )
@@ -51,6 +52,13 @@ type memIndex struct {
 	// logNum is the newest commit log holding these commits (0: none);
 	// once they are in runs, it and every older log are removed.
 	logNum uint64
+	// readers counts the Readers holding m: the flusher reuses m's memory
+	// for a later index only when none does (Store.recycle).
+	readers atomic.Int32
+	// retired: m is in runs and no longer published; recycled: it was
+	// handed back for reuse (once).
+	retired, recycled atomic.Bool
+	sink              uint64 // keeps putAll's touching loads alive
 }
 
 type genCount struct {
@@ -58,7 +66,33 @@ type genCount struct {
 	keys uint64
 }
 
-func newMemIndex(logNum uint64) *memIndex { return &memIndex{logNum: logNum} }
+// newMemIndex returns an empty index whose table has room for capKeys keys
+// without growing (capKeys 0: grow from the smallest table).
+func newMemIndex(logNum, capKeys uint64) *memIndex {
+	m := &memIndex{logNum: logNum}
+	if capKeys > 0 {
+		m.slots = make([]uint64, memSlotsFor(capKeys))
+	}
+	return m
+}
+
+// memSlotsFor is the table size that holds n keys at most half full.
+func memSlotsFor(n uint64) int {
+	return max(1024, 1<<bits.Len64(2*n-1))
+}
+
+// reset empties m for reuse as a new index, keeping its table and entry
+// chunks: a handover then allocates nothing, and the table never grows
+// (every growth rehashed the whole index). The caller guarantees that
+// nothing else holds m.
+func (m *memIndex) reset(logNum uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.slots)
+	m.n = 0
+	m.gens = m.gens[:0]
+	m.logNum = logNum
+}
 
 func slotHash(gen uint64, h partition.Hash) uint64 {
 	return (h.Lo ^ gen*0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9
@@ -93,13 +127,37 @@ func (m *memIndex) len() int {
 	return m.n
 }
 
+// memTouchGroup is how many keys putAll touches ahead of inserting them.
+const memTouchGroup = 16
+
+// memTouchAhead switches the touching off for BenchmarkMemPut's comparison.
+var memTouchAhead = true
+
 // putAll inserts es in order; a later entry of the same key wins.
+//
+// The table is far larger than the CPU caches, so every insert starts with
+// a cache miss on its slot. A group of keys first reads the slot each will
+// probe (independent loads the CPU overlaps) and then inserts them, so the
+// inserts mostly hit the cache instead of waiting for one miss at a time.
 func (m *memIndex) putAll(es []entry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for i := range es {
-		m.put(es[i].gen, es[i].h, es[i].version)
+	var sink uint64
+	for i := 0; i < len(es); i += memTouchGroup {
+		group := es[i:min(i+memTouchGroup, len(es))]
+		// Without a growth inside the group, the slots read are the ones
+		// the inserts start at.
+		if memTouchAhead && len(m.slots) > 0 && 2*(m.n+len(group)) <= len(m.slots) {
+			shift := 64 - bits.Len(uint(len(m.slots)-1))
+			for j := range group {
+				sink += m.slots[slotHash(group[j].gen, group[j].h)>>shift]
+			}
+		}
+		for j := range group {
+			m.put(group[j].gen, group[j].h, group[j].version)
+		}
 	}
+	m.sink += sink
 }
 
 func (m *memIndex) put(gen uint64, h partition.Hash, version uint64) {
@@ -287,4 +345,29 @@ func sortHashes(es, tmp []memEntry, counts []int) ([]memEntry, []int) {
 	}
 	copy(es, tmp)
 	return tmp, counts
+}
+
+// retire marks m, just unpublished by the flusher, as reusable once no
+// Reader holds it.
+func (s *Store) retire(m *memIndex) {
+	m.retired.Store(true)
+	if m.readers.Load() == 0 {
+		s.recycle(m)
+	}
+}
+
+// releaseMem drops a Reader's hold of m (nil: none), recycling m if it was
+// the last holder of a retired index.
+func (s *Store) releaseMem(m *memIndex) {
+	if m != nil && m.readers.Add(-1) == 0 && m.retired.Load() {
+		s.recycle(m)
+	}
+}
+
+// recycle offers m as the next index (handOver resets it); only the first
+// call for an index does anything.
+func (s *Store) recycle(m *memIndex) {
+	if m.recycled.CompareAndSwap(false, true) {
+		s.spare.Store(m)
+	}
 }

@@ -2,53 +2,167 @@ package statestore
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/dedupstream/dedupstream/partition"
 )
 
-// Reader confirms many keys through one Pebble iterator and one consistent
-// view of the store. Opening an iterator is most of the cost of a single
-// Lookup (BenchmarkLookups: a Reader confirms a batch of keys about twice as
-// fast), so the stage opens one Reader per batch. A Reader sees the runs as
-// they were when opened and the keys committed since; it is not safe for
-// concurrent use, and it must be closed. The zero value is ready for
-// OpenReader.
+// Reader confirms many keys through one consistent view of the store: the
+// in-memory indexes and the runs as they were when it was opened or last
+// refreshed, plus the keys committed since to the indexes it holds. It
+// keeps one Pebble iterator per run, bounded to that run's key range, so
+// that a probe of a run reuses the sstable iterator, index and filter it
+// opened before instead of switching files inside one iterator over the
+// whole store (BenchmarkLayout, confirm-cpu-ns: see "Reads" in the package
+// documentation).
+//
+// A Reader is meant to live long: the stage keeps one across batches and
+// calls Refresh at the start of each, which picks up new in-memory indexes
+// and opens iterators only for runs that are new since the last view. It is
+// not safe for concurrent use, and it must be closed: until then it pins
+// the sstables of the runs it saw, even if merges replaced them. The zero
+// value is ready for OpenReader.
 type Reader struct {
 	s      *Store
-	r      *reader
-	it     *pebble.Iterator
 	active *memIndex
 	imm    *memIndex
 	runs   *runSet
+	its    []*runIter // one per run of runs, newest first within a generation
+	spare  []*runIter // scratch for Refresh
+	key    [bucketKeyLen]byte
+	// The arguments and results of probe, which runs through Store.read.
+	probeGen  uint64
+	probeHash partition.Hash
+	found     bool
+	version   uint64
 }
 
-// OpenReader opens rd on the store's current state. It does not allocate.
+// runIter is the iterator of one run.
+type runIter struct {
+	gen, id uint64
+	it      *pebble.Iterator
+	lo, hi  [runPrefixLen]byte
+	opts    pebble.IterOptions
+	// Pebble appends one filter to PointKeyFilters for every sstable it
+	// opens; with room for it here that append does not allocate.
+	filters [1]pebble.BlockPropertyFilter
+}
+
+// OpenReader opens rd on the store's current state; on a Reader that is
+// already open it is Refresh. It allocates only for runs it has no iterator
+// for yet.
 func (s *Store) OpenReader(rd *Reader) (err error) {
+	if rd.s != nil && rd.s != s {
+		return errors.New("statestore: open reader: the reader is open on another store")
+	}
 	if err := s.usable(); err != nil {
 		return err
 	}
 	if err := s.endLoad(); err != nil {
 		return err
 	}
-	r := s.readers.Get().(*reader)
-	r.opts.PointKeyFilters = r.filters[:0]
-	// Under the read lock: the runs captured and the iterator's view of
-	// Pebble agree (see Store.viewMu).
-	s.viewMu.RLock()
-	active, imm, runs := s.active, s.imm, s.runs.Load()
-	var it *pebble.Iterator
-	err = s.read(func() (err error) {
-		it, err = s.db.NewIter(&r.opts)
-		return err
-	})
-	s.viewMu.RUnlock()
-	if err != nil {
-		s.readers.Put(r)
-		return s.readErr(err, "statestore: get")
+	rd.s = s
+	return rd.refresh()
+}
+
+// Refresh moves rd to the store's current state: keys committed and runs
+// written since it was opened become visible. Iterators of runs that are
+// gone are closed; runs that are new get one.
+func (rd *Reader) Refresh() (err error) {
+	if rd.s == nil {
+		return errors.New("statestore: refresh of a reader that is not open")
 	}
-	*rd = Reader{s: s, r: r, it: it, active: active, imm: imm, runs: runs}
+	return rd.s.OpenReader(rd)
+}
+
+// refresh captures the indexes and the runs under the view lock and opens
+// the iterators of new runs there too: the flusher deletes a merged run's
+// keys only after publishing the run set without it, under the write lock,
+// so every run captured here is still readable by an iterator opened here.
+func (rd *Reader) refresh() error {
+	s := rd.s
+	s.viewMu.RLock()
+	defer s.viewMu.RUnlock()
+	active, imm, runs := s.active, s.imm, s.runs.Load()
+	rd.hold(active, imm)
+	if runs == rd.runs {
+		return nil
+	}
+	// Keep the iterators of runs still live, in the new set's order; close
+	// the rest.
+	rd.spare = rd.spare[:0]
+	var errs []error
+	for _, ri := range rd.its {
+		if runs.has(ri.gen, ri.id) {
+			rd.spare = append(rd.spare, ri)
+		} else if err := s.read(ri.it.Close); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	rd.its = rd.its[:0]
+	for _, runs := range runs.gens {
+		for _, r := range runs {
+			var ri *runIter
+			for _, old := range rd.spare {
+				if old.gen == r.gen && old.id == r.id {
+					ri = old
+					break
+				}
+			}
+			if ri == nil {
+				ri = &runIter{gen: r.gen, id: r.id}
+				putRunPrefix(ri.lo[:], r.gen, r.id)
+				putRunPrefix(ri.hi[:], r.gen, r.id+1)
+				ri.opts = pebble.IterOptions{LowerBound: ri.lo[:], UpperBound: ri.hi[:], UseL6Filters: true}
+				if r.id == ^uint64(0) {
+					ri.opts.UpperBound = genEnd(r.gen)
+				}
+				ri.opts.PointKeyFilters = ri.filters[:0]
+				err := s.read(func() (err error) {
+					ri.it, err = s.db.NewIter(&ri.opts)
+					return err
+				})
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+			}
+			rd.its = append(rd.its, ri)
+		}
+	}
+	rd.runs = runs
+	if err := errors.Join(errs...); err != nil {
+		return s.readErr(err, "statestore: open reader")
+	}
+	return nil
+}
+
+// hold makes rd hold active and imm, releasing the indexes it held.
+func (rd *Reader) hold(active, imm *memIndex) {
+	if rd.active != active {
+		active.readers.Add(1)
+		rd.s.releaseMem(rd.active)
+		rd.active = active
+	}
+	if rd.imm != imm {
+		if imm != nil {
+			imm.readers.Add(1)
+		}
+		rd.s.releaseMem(rd.imm)
+		rd.imm = imm
+	}
+}
+
+// iter returns the iterator of run (gen, id), which must be in rd.runs.
+func (rd *Reader) iter(gen, id uint64) *pebble.Iterator {
+	for _, ri := range rd.its {
+		if ri.id == id && ri.gen == gen {
+			return ri.it
+		}
+	}
 	return nil
 }
 
@@ -56,8 +170,8 @@ func (s *Store) OpenReader(rd *Reader) (err error) {
 // Bloom front names them) and returns the first one holding h, with its
 // version in version mode. Within a generation the keys committed since
 // the last run are answered from memory; then the runs are probed newest
-// first, each with one prefix seek that its sstable's Bloom filter answers
-// for most misses.
+// first, each through its own iterator with one prefix seek that the
+// run's sstable Bloom filter answers for most misses.
 func (rd *Reader) Lookup(h partition.Hash, gens []uint64) (gen, version uint64, found bool, err error) {
 	if err := rd.s.usable(); err != nil {
 		return 0, 0, false, err
@@ -76,65 +190,79 @@ func (rd *Reader) Lookup(h partition.Hash, gens []uint64) (gen, version uint64, 
 		if len(rd.runs.of(g)) == 0 {
 			continue
 		}
-		err = rd.s.read(func() (err error) {
-			version, found, err = rd.probeRuns(g, h)
-			return err
-		})
+		rd.probeGen, rd.probeHash = g, h
+		err = rd.s.read(rd.probe)
 		if err != nil {
 			return 0, 0, false, rd.s.readErr(err, "statestore: get generation %d", g)
 		}
-		if found {
-			return g, version, true, nil
+		if rd.found {
+			return g, rd.version, true, nil
 		}
 	}
 	return 0, 0, false, nil
 }
 
-// probeRuns probes the runs of generation g, newest first, for h.
-func (rd *Reader) probeRuns(g uint64, h partition.Hash) (version uint64, found bool, err error) {
+// probe probes the runs of rd.probeGen, newest first, for rd.probeHash,
+// setting rd.found and rd.version: arguments and results live in rd, so
+// that handing the method value to Store.read captures nothing else (in
+// production builds read calls it in place and nothing allocates).
+func (rd *Reader) probe() error {
+	g, h := rd.probeGen, rd.probeHash
+	rd.found, rd.version = false, 0
 	for i, r := range rd.runs.of(g) {
 		if i == 0 {
-			putRunKey(rd.r.key[:], g, r.id, h)
+			putRunKey(rd.key[:], g, r.id, h)
 		} else {
-			binary.BigEndian.PutUint64(rd.r.key[genPrefixLen:runPrefixLen], r.id)
+			binary.BigEndian.PutUint64(rd.key[genPrefixLen:runPrefixLen], r.id)
+		}
+		it := rd.iter(g, r.id)
+		if it == nil {
+			return fmt.Errorf("no iterator for run %d", r.id)
 		}
 		// The comparer's Split is the whole key, so a prefix seek is an
 		// exact-match probe that can use the sstable Bloom filters.
-		if rd.it.SeekPrefixGE(rd.r.key[:]) {
-			v, err := rd.it.ValueAndErr()
+		if it.SeekPrefixGE(rd.key[:]) {
+			v, err := it.ValueAndErr()
 			if err == nil {
-				version, err = decodeVersion(v)
+				rd.version, err = decodeVersion(v)
 			}
-			return version, err == nil, err
+			rd.found = err == nil
+			return err
 		}
-		if err := rd.it.Error(); err != nil {
-			return 0, false, err
+		if err := it.Error(); err != nil {
+			return err
 		}
 	}
-	return 0, false, nil
+	return nil
 }
 
 // IsOpen reports whether rd is open.
-func (rd *Reader) IsOpen() bool { return rd.it != nil }
+func (rd *Reader) IsOpen() bool { return rd.s != nil }
 
-// Close releases the iterator. Closing a closed or never opened Reader does
-// nothing.
+// Close releases the iterators and the indexes. Closing a closed or never
+// opened Reader does nothing.
 func (rd *Reader) Close() (err error) {
-	if rd.it == nil {
+	if rd.s == nil {
 		return nil
 	}
-	if ferr := rd.s.fatal.get(); ferr != nil {
+	s := rd.s
+	s.releaseMem(rd.active)
+	s.releaseMem(rd.imm)
+	if ferr := s.fatal.get(); ferr != nil {
 		// Pebble's goroutines may be parked holding its locks: leave the
-		// iterator to the process's exit.
+		// iterators to the process's exit.
 		*rd = Reader{}
 		return ferr
 	}
-	it := rd.it
-	err = rd.s.read(it.Close)
-	rd.s.readers.Put(rd.r)
-	s := rd.s
-	*rd = Reader{}
-	if err != nil {
+	var errs []error
+	for _, ri := range rd.its {
+		if err := s.read(ri.it.Close); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	its, spare := rd.its[:0], rd.spare[:0]
+	*rd = Reader{its: its, spare: spare}
+	if err := errors.Join(errs...); err != nil {
 		return s.readErr(err, "statestore: close reader")
 	}
 	return nil

@@ -303,8 +303,12 @@ func (s *Store) flushMem(job *flushJob) error {
 		s.imm = nil
 	}
 	s.viewMu.Unlock()
+	s.dropGetReader()
 	for _, p := range paths {
 		_ = s.opts.FS.Remove(p) // Pebble holds a link of its own
+	}
+	if job.mem != nil {
+		defer s.retire(job.mem)
 	}
 	if job.mem != nil && job.mem.logNum != 0 {
 		// Every log up to the index's own holds only commits now in runs
@@ -418,6 +422,7 @@ func (s *Store) mergeRuns(runs []run) error {
 	s.viewMu.Lock()
 	s.runs.Store(rs)
 	s.viewMu.Unlock()
+	s.dropGetReader()
 	pb := s.db.NewBatch()
 	defer pb.Close()
 	for _, in := range runs {

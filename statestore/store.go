@@ -46,13 +46,17 @@ type State struct {
 // writer; Commit, Expire, Flush and Compact are serialised internally. Close
 // must not race with any other call.
 type Store struct {
-	db      *pebble.DB
-	po      *pebble.Options
-	opts    Options
-	dir     string
-	fatal   *fatalState
-	readers sync.Pool // *reader for Get and Lookup
-	memKeys uint64    // keys a memIndex collects before it becomes a run
+	db    *pebble.DB
+	po    *pebble.Options
+	opts  Options
+	dir   string
+	fatal *fatalState
+	// getRd serves Get and Lookup, refreshed per call under getMu; a call
+	// that finds it busy opens a Reader of its own.
+	getMu   sync.Mutex
+	getRd   Reader
+	spare   atomic.Pointer[memIndex] // a flushed index no Reader holds, for reuse
+	memKeys uint64                   // keys a memIndex collects before it becomes a run
 
 	closed atomic.Bool
 
@@ -129,7 +133,6 @@ func Open(dir string, opts Options) (*Store, error) {
 		opts:    opts,
 		dir:     dir,
 		fatal:   fatal,
-		readers: sync.Pool{New: newReader},
 		memKeys: opts.memKeys(),
 		w:       w,
 	}
@@ -315,7 +318,10 @@ func (s *Store) recoverLogs() error {
 	if err != nil {
 		return fmt.Errorf("statestore: list commit logs: %w", err)
 	}
-	s.active = newMemIndex(0)
+	s.active = newMemIndex(0, 0)
+	if !s.opts.ReadOnly {
+		s.active = newMemIndex(0, s.memKeys)
+	}
 	if len(nums) > 0 {
 		start := time.Now()
 		rp, err := replayLogs(fs, s.dir, nums, s.state.Seq)
@@ -388,9 +394,15 @@ func (s *Store) handOver(closing bool) error {
 	floor := s.floor
 	s.mu.Unlock()
 	job := &flushJob{mem: s.active, state: st, floor: floor, done: make(chan struct{})}
+	next := s.spare.Swap(nil)
+	if next != nil {
+		next.reset(0)
+	} else {
+		next = newMemIndex(0, s.memKeys)
+	}
 	s.viewMu.Lock()
 	s.imm = s.active
-	s.active = newMemIndex(0)
+	s.active = next
 	s.viewMu.Unlock()
 	s.job = job
 	if !s.postFlush(job) {
@@ -482,26 +494,6 @@ func (s *Store) floorGen() uint64 {
 	return s.floor
 }
 
-// reader is the per-call state of Get and Lookup, pooled so that reads do
-// not allocate.
-type reader struct {
-	key  [bucketKeyLen]byte
-	opts pebble.IterOptions
-	// Pebble appends one filter to PointKeyFilters for every sstable it
-	// opens; with room for it here that append does not allocate.
-	filters [1]pebble.BlockPropertyFilter
-}
-
-func newReader() any {
-	r := &reader{}
-	// Pebble's DB.Get never consults the Bloom filters of the last level,
-	// which holds ~90 % of the keys, so a miss reads a data block there. A
-	// prefix seek with UseL6Filters checks them; most misses then end at the
-	// filter (see "Pebble options" in the package documentation).
-	r.opts.UseL6Filters = true
-	return r
-}
-
 // Get reports whether h was stored in generation gen, and its version in
 // version mode (0 otherwise). Get does not allocate.
 func (s *Store) Get(gen uint64, h partition.Hash) (version uint64, found bool, err error) {
@@ -520,17 +512,46 @@ func (s *Store) Lookup(h partition.Hash, gens []uint64) (gen, version uint64, fo
 	return s.lookup(h, gens)
 }
 
-// lookup probes gens in order through a Reader of its own.
+// lookup probes gens in order through the store's Get reader, refreshed
+// first, or through a Reader of its own when another call holds it.
 func (s *Store) lookup(h partition.Hash, gens []uint64) (gen, version uint64, found bool, err error) {
-	var rd Reader
-	if err := s.OpenReader(&rd); err != nil {
+	if !s.getMu.TryLock() {
+		var rd Reader
+		if err := s.OpenReader(&rd); err != nil {
+			return 0, 0, false, err
+		}
+		gen, version, found, err = rd.Lookup(h, gens)
+		if cerr := rd.Close(); err == nil {
+			err = cerr
+		}
+		return gen, version, found, err
+	}
+	defer s.getMu.Unlock()
+	if s.closed.Load() {
+		return 0, 0, false, ErrClosed
+	}
+	if err := s.OpenReader(&s.getRd); err != nil {
 		return 0, 0, false, err
 	}
-	gen, version, found, err = rd.Lookup(h, gens)
-	if cerr := rd.Close(); err == nil {
-		err = cerr
+	return s.getRd.Lookup(h, gens)
+}
+
+// dropGetReader closes the Get reader unless a call is using it, so that
+// it pins no run the flusher just replaced or expired (Pebble keeps the
+// files of such runs while an iterator on them is open). A busy reader
+// lets them go at its next refresh.
+func (s *Store) dropGetReader() {
+	if s.getMu.TryLock() {
+		_ = s.getRd.Close()
+		s.getMu.Unlock()
 	}
-	return gen, version, found, err
+}
+
+// closeGetReader closes the Get reader (before Pebble closes).
+func (s *Store) closeGetReader() error {
+	s.getMu.Lock()
+	defer s.getMu.Unlock()
+	return s.getRd.Close()
 }
 
 // ScanGeneration calls fn for every key of bucket gen, in hash order, until
@@ -663,9 +684,12 @@ func (s *Store) Close() error {
 	return ferr
 }
 
-// closeDB closes Pebble on the worker, then ends the worker and the read
-// worker.
+// closeDB closes the Get reader, then Pebble on the worker, then ends the
+// worker and the read worker.
 func (s *Store) closeDB() error {
+	if err := s.closeGetReader(); err != nil {
+		return err
+	}
 	err := s.w.do(s.db.Close)
 	if err != nil {
 		return err

@@ -93,7 +93,15 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 	defer os.RemoveAll(dir)
 	mem := startMemProbe()
 	cfg := pipeline.Config{Window: spec.Window, ExpectedKeys: uint(spec.KeysPerWindow)}
-	opts := pipeline.Options{Store: statestore.Options{DisableWAL: c.NoWAL}}
+	// The store's memory as the job gives it: one Budget (shared block
+	// cache, memtables planned from it) of the default size for the one
+	// store, not a cache of the store's own.
+	budget, err := statestore.NewBudget(statestore.DefaultMemory, 0)
+	if err != nil {
+		return Result{}, err
+	}
+	defer budget.Close() // after the stage's Close below: defers run last in, first out
+	opts := pipeline.Options{Store: budget.Options(statestore.Options{DisableWAL: c.NoWAL}, 1)}
 	sys := SysDedup
 	if c.NoWAL {
 		sys = SysDedupNoWAL
