@@ -287,14 +287,16 @@ func (m *memIndex) sorted(gen uint64, all bool) []memEntry {
 	return out
 }
 
-// sortMem sorts es by (gen, h); keys are unique. Within one generation the
+// sortMem sorts es by (gen, h), stably: equal keys keep their order, which
+// sortLoaded relies on to keep the last Load of a key (every branch below is
+// stable, the small-slice one included). Within one generation the
 // hashes are uniform: one counting pass on the top bits of Hi, then an
 // insertion sort inside the (tiny) buckets, a few ns per key where a
 // comparison sort costs ~0.3 us.
 func sortMem(es []memEntry) {
 	n := len(es)
 	if n < 64 {
-		slices.SortFunc(es, func(a, b memEntry) int { return compareMem(&a, &b) })
+		slices.SortStableFunc(es, func(a, b memEntry) int { return compareMem(&a, &b) })
 		return
 	}
 	// Group by generation first (few generations: a stable partition).
@@ -316,7 +318,7 @@ func sortMem(es []memEntry) {
 func sortHashes(es, tmp []memEntry, counts []int) ([]memEntry, []int) {
 	n := len(es)
 	if n < 64 {
-		slices.SortFunc(es, func(a, b memEntry) int { return compareMem(&a, &b) })
+		slices.SortStableFunc(es, func(a, b memEntry) int { return compareMem(&a, &b) })
 		return tmp, counts
 	}
 	shift := 64 - min(bits.Len(uint(n)), 20)
