@@ -2,7 +2,6 @@ package job_test
 
 import (
 	"errors"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,10 +44,7 @@ func TestProduceWindowUnderFaults(t *testing.T) {
 		o.RequestTimeout = 250 * time.Millisecond
 		o.RetryTimeout = 3 * time.Second
 	})
-	for chunk := range slices.Chunk(w.Records, 500) {
-		e.produce(chunk)
-		time.Sleep(20 * time.Millisecond)
-	}
+	e.feed(w, 20*time.Millisecond)
 	e.waitCommitted(r, 1, 60*time.Second)
 	stop.Store(true)
 	e.stop(r)

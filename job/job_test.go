@@ -414,10 +414,7 @@ func TestBrokerFaults(t *testing.T) {
 		o.RequestTimeout = 250 * time.Millisecond
 		o.RetryTimeout = 2 * time.Second
 	})
-	for chunk := range slices.Chunk(w.Records, 500) {
-		e.produce(chunk)
-		time.Sleep(20 * time.Millisecond)
-	}
+	e.feed(w, 20*time.Millisecond)
 	e.waitCommitted(r, 1, 50*time.Second)
 	stop.Store(true)
 	e.stop(r)
@@ -465,13 +462,19 @@ func TestSeveralTopics(t *testing.T) {
 	backlog := e.topic("orders-backlog", partitions)
 	w := jobtest.New(jobtest.Spec{Topic: e.raw, ReplayTopic: backlog, Partitions: partitions, Keys: 5_000, Replay: 2_000, Seed: 7})
 	r := e.start(e.config("0, 1, 2, 3", backlog))
-	for chunk := range slices.Chunk(w.Records, 500) {
-		e.produce(chunk)
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.feed(w, 10*time.Millisecond)
 	e.waitCommitted(r, 1, 30*time.Second)
 	e.stop(r)
 	e.verify(w, r.job.Stats())
+}
+
+// feed produces w's records in chunks of 500, pause apart, so that they
+// span several commit cycles of the job.
+func (e *env) feed(w *jobtest.Workload, pause time.Duration) {
+	for chunk := range slices.Chunk(w.Records, 500) {
+		e.produce(chunk)
+		time.Sleep(pause)
+	}
 }
 
 // gatherJob gathers the job's collector through a pedantic registry.

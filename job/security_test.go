@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,10 +47,7 @@ func runSecured(e *env, group bool) {
 		cfg = e.groupConfig("a")
 	}
 	r := e.start(cfg)
-	for chunk := range slices.Chunk(w.Records, 500) {
-		e.produce(chunk) // over several commit cycles
-		time.Sleep(20 * time.Millisecond)
-	}
+	e.feed(w, 20*time.Millisecond)
 	e.waitCommitted(r, 1, 45*time.Second)
 	e.stop(r)
 	st := r.job.Stats()
