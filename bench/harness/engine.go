@@ -36,6 +36,9 @@ type EngineCase struct {
 	// Ctx stops the case between two batches when it ends. The default
 	// value never ends.
 	Ctx context.Context
+	// HeapProfile, when not empty, is where RunStage writes a heap
+	// profile of the stage at the end of the pre-fill.
+	HeapProfile string
 }
 
 // stopped reports the case's context error, if any.
@@ -115,6 +118,13 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 			st.Close()
 		}
 	}()
+	sampler := startMemSampler(250*time.Millisecond, budget.CacheUsed)
+	sampler.setPhase("pre-fill")
+	defer func() {
+		for _, s := range sampler.finish() {
+			p.Say("%s: %s", c.name(), s)
+		}
+	}()
 	chk := workload.NewChecker(uint64(spec.KeysPerWindow) + uint64(c.Records))
 	recs := make([]pipeline.Record, 0, engineBatch)
 	decs := make([]pipeline.Decision, 0, engineBatch)
@@ -145,7 +155,9 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 	}); err != nil {
 		return Result{}, err
 	}
+	writeHeapProfile(c.HeapProfile, p)
 	before := g.Counts()
+	sampler.setPhase("timed records")
 	var (
 		total pipeline.Counts
 		busy  time.Duration
@@ -198,6 +210,7 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 	res.DiskBytesPerKey = float64(dirBytes(dir)) / keys
 	if c.Restart {
 		p.Say("%s: restart-to-ready", name)
+		sampler.setPhase("restarts")
 		t, err := measureRestart(&st, dir, cfg, opts)
 		if err != nil {
 			return res, err

@@ -100,6 +100,7 @@ func run(args []string) int {
 	out := fs.String("out", "bench/results/latest", "output directory")
 	dir := fs.String("dir", "", "parent of state directories (default the system temp dir)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	heapProfile := fs.String("heapprofile", "", "sweep: write a heap profile of the stage at the end of each pre-fill to this path plus -KEYS.pprof")
 	render := fs.String("render", "", "measure nothing: merge these results.json files (comma list) and write the JSON, tables and plot into -out")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -276,6 +277,9 @@ func run(args []string) int {
 		case "sweep":
 			for _, k := range sweepKeys {
 				c := harness.EngineCase{Case: harness.CaseSweep, Spec: spec(k, *sweepDup), Records: or(*sweepRecords, p.sweepRecords), Restart: true, Dir: *dir, Ctx: ctx}
+				if *heapProfile != "" {
+					c.HeapProfile = fmt.Sprintf("%s-%d.pprof", *heapProfile, k)
+				}
 				if err := engineSet(c, k <= mapMaxKeys, k <= redisMaxKeys); err != nil {
 					return fail(err)
 				}

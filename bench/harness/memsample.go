@@ -1,0 +1,125 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"runtime/metrics"
+	"runtime/pprof"
+	"sync"
+	"time"
+)
+
+// memSampler samples, every period, the process's resident memory and what
+// it is made of, and keeps, for each phase, the sample taken at its highest
+// RSS: where a case's RSS peak comes from and what it is made of. The components are
+//
+//   - go: memory the Go runtime holds from the OS and has not released
+//     (heap, stacks, runtime metadata), /memory/classes/total minus
+//     /memory/classes/heap/released;
+//   - goLive: the live Go heap after the last GC (/gc/heap/live), which is
+//     what GC headroom multiplies;
+//   - cache: the bytes of blocks in the store's shared Pebble block cache
+//     (C memory; Pebble allocates it outside the Go heap);
+//   - the rest of the RSS (other C memory: Pebble memtable arenas, cgo and
+//     allocator overhead) is RSS minus go minus cache.
+type memSampler struct {
+	mu    sync.Mutex
+	peaks map[string]memSample // by phase
+	order []string
+	phase string
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+// memSample is one sample of memSampler, in bytes.
+type memSample struct {
+	phase                 string
+	rss, goMapped, goLive uint64
+	cache                 int64
+}
+
+// startMemSampler samples every period until stopped; cache reports the
+// block cache's bytes (nil: 0).
+func startMemSampler(period time.Duration, cache func() int64) *memSampler {
+	m := &memSampler{peaks: map[string]memSample{}, stop: make(chan struct{}), done: make(chan struct{})}
+	samples := []metrics.Sample{
+		{Name: "/memory/classes/total:bytes"},
+		{Name: "/memory/classes/heap/released:bytes"},
+		{Name: "/gc/heap/live:bytes"},
+	}
+	go func() {
+		defer close(m.done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-m.stop:
+				return
+			case <-t.C:
+			}
+			rss := procStatus("VmRSS:")
+			metrics.Read(samples)
+			s := memSample{rss: rss, goMapped: samples[0].Value.Uint64() - samples[1].Value.Uint64(), goLive: samples[2].Value.Uint64()}
+			if cache != nil {
+				s.cache = cache()
+			}
+			m.mu.Lock()
+			s.phase = m.phase
+			if p, ok := m.peaks[s.phase]; !ok || s.rss > p.rss {
+				if !ok {
+					m.order = append(m.order, s.phase)
+				}
+				m.peaks[s.phase] = s
+			}
+			m.mu.Unlock()
+		}
+	}()
+	return m
+}
+
+// setPhase names the phase the following samples belong to.
+func (m *memSampler) setPhase(p string) {
+	m.mu.Lock()
+	m.phase = p
+	m.mu.Unlock()
+}
+
+// finish stops sampling and returns the sample at the highest RSS of each
+// phase, in the order the phases began.
+func (m *memSampler) finish() []memSample {
+	close(m.stop)
+	<-m.done
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]memSample, 0, len(m.order))
+	for _, p := range m.order {
+		out = append(out, m.peaks[p])
+	}
+	return out
+}
+
+// String is the sample in MiB, by component.
+func (s memSample) String() string {
+	mib := func(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
+	other := int64(s.rss) - int64(s.goMapped) - s.cache
+	return fmt.Sprintf("RSS peak %s in %s: Go runtime %s (live heap %s), block cache %s, other %.0f MiB",
+		mib(s.rss), s.phase, mib(s.goMapped), mib(s.goLive), mib(uint64(s.cache)), float64(other)/(1<<20))
+}
+
+// writeHeapProfile writes a heap profile (go tool pprof -sample_index
+// inuse_space) to path, when path is not empty, after a GC: what is live.
+func writeHeapProfile(path string, p *Progress) {
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("heap").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		p.Say("heap profile: %v", err)
+	}
+}
