@@ -269,3 +269,21 @@ func writeLatencyTable(w io.Writer, cs string, results []Result) {
 	}
 	fmt.Fprintln(w)
 }
+
+// latencyTargets evaluates issue 13's latency target on the latency rows
+// of a run (none when the run has none): p99 end to end <= 2 x
+// commit.interval + 50 ms, on every rep of the row.
+func latencyTargets(rows []Row) []Target {
+	var ts []Target
+	for _, r := range rows {
+		if r.First.Paced == nil || r.First.Latency == nil {
+			continue
+		}
+		pc := r.First.Paced
+		ts = append(ts, Target{Name: "p99 end to end at a fixed rate <= 2 x commit.interval + 50 ms",
+			Measured: fmt.Sprintf("%s: p99 %s vs %.0f ms (%.2fx) at %s records/s, kept up %v (first rep)", r.Case,
+				dur(r.First.Latency.P99), pc.BoundMs, pc.P99OverBound, count(uint64(pc.AchievedRate)), pc.KeptUp),
+			Met: pc.P99OverBound <= 1 && pc.KeptUp, Known: true})
+	}
+	return ts
+}

@@ -80,6 +80,10 @@ func TestLatencyOnTheEmbeddedBroker(t *testing.T) {
 	if !(l.P50 > 0 && l.P50 <= l.P95 && l.P95 <= l.P99 && l.P99 <= l.Max) || r.Paced.BoundMs != 250 {
 		t.Fatalf("latency %+v, paced %+v", l, r.Paced)
 	}
+	ts := latencyTargets(Summarise(rs))
+	if len(ts) != 1 || ts[0].Met != (r.Paced.P99OverBound <= 1) || !strings.Contains(ts[0].Measured, CaseLatencyEmbedded) {
+		t.Fatalf("targets %+v for %+v", ts, r.Paced)
+	}
 	var md strings.Builder
 	writeLatencyTable(&md, CaseLatencyEmbedded, rs)
 	if !strings.Contains(md.String(), "| 0 | 100 ms | 6k | 3k |") {

@@ -211,5 +211,6 @@ func Targets(rows []Row) []Target {
 		}
 	}
 	ts = append(ts, t)
+	ts = append(ts, latencyTargets(rows)...)
 	return ts
 }
