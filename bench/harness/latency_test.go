@@ -77,7 +77,7 @@ func TestLatencyOnTheEmbeddedBroker(t *testing.T) {
 		t.Fatalf("achieved %.0f records/s, asked %d", r.Paced.AchievedRate, rate)
 	}
 	l := r.Latency
-	if !(l.P50 > 0 && l.P50 <= l.P95 && l.P95 <= l.P99 && l.P99 <= l.Max) || r.Paced.BoundMs != 250 {
+	if !(l.P50 > 0 && l.P50 <= l.P95 && l.P95 <= l.P99 && l.P99 <= l.Max) || r.Paced.BoundMs != 250 || r.Paced.Ack == nil || r.Paced.Ack.P50 > l.P50 {
 		t.Fatalf("latency %+v, paced %+v", l, r.Paced)
 	}
 	ts := latencyTargets(Summarise(rs))
