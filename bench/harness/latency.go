@@ -141,6 +141,9 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 		for readCtx.Err() == nil {
 			fs := rd.PollFetches(readCtx)
 			now := time.Now()
+			if fs.NumRecords() == 0 {
+				continue
+			}
 			fs.EachRecord(func(r *kgo.Record) {
 				lats = append(lats, now.Sub(r.Timestamp))
 				chk.EmitKey(r.Key)
