@@ -9,6 +9,7 @@
 //	go run ./bench/cmd/dsbench                  # the quick profile (make bench)
 //	go run ./bench/cmd/dsbench -profile full    # make bench-full
 //	go run ./bench/cmd/dsbench -modes e2e -brokers host:9092,...
+//	go run ./bench/cmd/dsbench -modes latency -rate-frac 0.5   # end-to-end latency at a fixed rate
 //
 // It writes results.json (one object per measured run), results.md (median
 // tables, ratios, the targets) and throughput.svg into -out.
