@@ -55,32 +55,14 @@ func RunE2E(ctx context.Context, c E2ECase, p *Progress) ([]Result, error) {
 		return nil, err
 	}
 	spec := g.Spec()
-	caseName := CaseE2EExternal
-	brokers := c.Brokers
-	if len(brokers) == 0 {
-		caseName = CaseE2EEmbedded
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-		if err != nil {
-			return nil, fmt.Errorf("start embedded broker: %w", err)
-		}
-		defer cluster.Close()
-		brokers = cluster.ListenAddrs()
-		p.Say("embedded broker on %s", brokers[0])
-	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(5*time.Millisecond), kgo.MaxBufferedRecords(engineBatch*2))
+	env, err := setupE2E(ctx, c, spec, 5*time.Millisecond, p)
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
-
-	prefix := fmt.Sprintf("dsbench-%d", time.Now().UnixNano()/1e6)
-	raw := make([]string, spec.Topics)
-	for i := range raw {
-		raw[i] = fmt.Sprintf("%s-raw-%d", prefix, i)
-	}
-	if err := createTopics(ctx, cl, raw, spec.Partitions, c.Replication); err != nil {
-		return nil, err
+	defer env.close()
+	caseName, brokers, cl, raw, prefix := CaseE2EExternal, env.brokers, env.cl, env.raw, env.prefix
+	if env.embedded {
+		caseName = CaseE2EEmbedded
 	}
 	// Produce the stream once.
 	ends, _, err := produceStream(ctx, cl, g, raw, c.Records, p, caseName)
@@ -133,6 +115,50 @@ func RunE2E(ctx context.Context, c E2ECase, p *Progress) ([]Result, error) {
 		}
 	}
 	return results, nil
+}
+
+// e2eEnv is what an end-to-end case runs on: the brokers (embedded unless
+// the case names some), a producing client and the raw topics, created.
+type e2eEnv struct {
+	brokers  []string
+	embedded bool
+	cl       *kgo.Client
+	raw      []string
+	prefix   string // of every topic name of the case
+	close    func()
+}
+
+// setupE2E starts the embedded broker if c names no brokers, connects a
+// client that produces with linger (manual partitioning) and creates the
+// raw topics of spec.
+func setupE2E(ctx context.Context, c E2ECase, spec workload.Spec, linger time.Duration, p *Progress) (*e2eEnv, error) {
+	env := &e2eEnv{brokers: c.Brokers, close: func() {}}
+	if len(env.brokers) == 0 {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return nil, fmt.Errorf("start embedded broker: %w", err)
+		}
+		env.embedded, env.brokers, env.close = true, cluster.ListenAddrs(), cluster.Close
+		p.Say("embedded broker on %s", env.brokers[0])
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(env.brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		kgo.ProducerLinger(linger), kgo.MaxBufferedRecords(engineBatch*2))
+	if err != nil {
+		env.close()
+		return nil, err
+	}
+	closeBroker := env.close
+	env.cl, env.close = cl, func() { cl.Close(); closeBroker() }
+	env.prefix = fmt.Sprintf("dsbench-%d", time.Now().UnixNano()/1e6)
+	env.raw = make([]string, spec.Topics)
+	for i := range env.raw {
+		env.raw[i] = fmt.Sprintf("%s-raw-%d", env.prefix, i)
+	}
+	if err := createTopics(ctx, cl, env.raw, spec.Partitions, c.Replication); err != nil {
+		env.close()
+		return nil, err
+	}
+	return env, nil
 }
 
 // checkOutput reads topic back read_committed with an independent client
@@ -366,13 +392,35 @@ func quoteList[T any](xs []T) string {
 	return strings.Join(s, ", ")
 }
 
-// runDedup runs the real job (job.New, Run) over the raw topics into out.
-func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress, r *Result) (time.Duration, error) {
+// runningJob is the real job started by startDedup: done delivers Run's
+// return, stop cancels it and removes its state directory.
+type runningJob struct {
+	j      *job.Job
+	dir    string
+	done   chan error
+	cancel context.CancelFunc
+}
+
+// stop cancels the job, waits for Run to return and removes the state
+// directory; it returns Run's error.
+func (rj *runningJob) stop() error {
+	rj.cancel()
+	err := <-rj.done
+	os.RemoveAll(rj.dir)
+	return err
+}
+
+// startDedup starts the real job (job.New, Run) over the raw topics into
+// out and returns once every stage is ready (recovered, reading input).
+func startDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string) (*runningJob, error) {
 	dir, err := os.MkdirTemp(c.Dir, "dsbench-job-")
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	fail := func(err error) (*runningJob, error) {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	parts := make([]string, c.Spec.Partitions)
 	for i := range parts {
 		parts[i] = fmt.Sprint(i)
@@ -393,41 +441,51 @@ func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string,
 		cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes)), cmp.Or(c.MaxInFlight, config.DefaultProduceMaxInFlight))
 	path := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		return 0, err
+		return fail(err)
 	}
 	cfg, err := config.Load(path)
 	if err != nil {
-		return 0, err
+		return fail(err)
 	}
 	j, err := job.New(cfg, job.Options{})
 	if err != nil {
-		return 0, err
+		return fail(err)
 	}
 	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- j.Run(runCtx) }()
+	rj := &runningJob{j: j, dir: dir, done: make(chan error, 1), cancel: cancel}
+	go func() { rj.done <- j.Run(runCtx) }()
 	// Ready: every stage recovered and reads input.
 	for j.Stats().Ready < c.Spec.Partitions {
 		select {
-		case err := <-done:
-			return 0, fmt.Errorf("job stopped before it was ready: %v", err)
+		case err := <-rj.done:
+			cancel()
+			return fail(fmt.Errorf("job stopped before it was ready: %v", err))
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			rj.stop()
+			return nil, ctx.Err()
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
+	return rj, nil
+}
+
+// runDedup runs the real job (job.New, Run) over the raw topics into out.
+func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress, r *Result) (time.Duration, error) {
+	rj, err := startDedup(ctx, c, brokers, raw, out)
+	if err != nil {
+		return 0, err
+	}
 	start := time.Now()
-	if err := waitCommitted(ctx, cl, out, ends, done, p, "dedupstream "+out, start); err != nil {
+	if err := waitCommitted(ctx, cl, out, ends, rj.done, p, "dedupstream "+out, start); err != nil {
+		rj.stop()
 		return 0, err
 	}
 	took := time.Since(start)
-	disk := dirBytes(filepath.Join(dir, "state"))
-	cancel()
-	if err := <-done; err != nil {
+	disk := dirBytes(filepath.Join(rj.dir, "state"))
+	if err := rj.stop(); err != nil {
 		return 0, err
 	}
-	st := j.Stats()
+	st := rj.j.Stats()
 	if st.In > 0 {
 		r.StoreReadsPerRecord = float64(st.StoreReads) / float64(st.In)
 	}

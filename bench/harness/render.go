@@ -23,6 +23,10 @@ func WriteMarkdown(w io.Writer, run *Run, rows []Row) {
 			writeKafkaTable(w, rows, run.Results)
 			continue
 		}
+		if cs == CaseLatencyEmbedded || cs == CaseLatencyExternal {
+			writeLatencyTable(w, cs, run.Results)
+			continue
+		}
 		switch cs {
 		case CaseE2EEmbedded, CaseE2EExternal:
 			fmt.Fprintln(w, "| system | keys in window | dup (measured) | records | records/s (median, min-max) | vs copy job | store reads/record | Bloom FP rate | disk B/key | escaped | lost | valid |")

@@ -36,6 +36,7 @@ type Latency struct {
 	Unit string  `json:"unit"`
 	P50  float64 `json:"p50_us"`
 	P90  float64 `json:"p90_us"`
+	P95  float64 `json:"p95_us"`
 	P99  float64 `json:"p99_us"`
 	Max  float64 `json:"max_us"`
 }
@@ -48,7 +49,7 @@ func latencyOf(unit string, d []time.Duration) *Latency {
 	q := func(p float64) float64 {
 		return float64(d[min(len(d)-1, int(p*float64(len(d))))].Nanoseconds()) / 1e3
 	}
-	return &Latency{Unit: unit, P50: q(0.5), P90: q(0.9), P99: q(0.99), Max: q(1)}
+	return &Latency{Unit: unit, P50: q(0.5), P90: q(0.9), P95: q(0.95), P99: q(0.99), Max: q(1)}
 }
 
 // Result is one measured run of one system on one stream.
@@ -66,6 +67,8 @@ type Result struct {
 	Seconds       float64  `json:"seconds"`
 	RecordsPerSec float64  `json:"records_per_sec"`
 	Latency       *Latency `json:"latency,omitempty"`
+	// Paced is set by the latency cases: the rate asked for and achieved.
+	Paced *Paced `json:"paced,omitempty"`
 	// RSS of the whole process: at the start of the case and its peak.
 	// MemBytesPerKey is (peak - start) / keys in the window;
 	// MemBeyondBloomPerKey takes the Bloom front's bytes off first.

@@ -51,6 +51,21 @@ func Summarise(results []Result) []Row {
 	return rows
 }
 
+// MedianRate is the median records/s of system's results in any of cases;
+// ok is false when there is none.
+func MedianRate(results []Result, system string, cases ...string) (float64, bool) {
+	var xs []float64
+	for _, r := range results {
+		if r.System == system && slices.Contains(cases, r.Case) {
+			xs = append(xs, r.RecordsPerSec)
+		}
+	}
+	if len(xs) == 0 {
+		return 0, false
+	}
+	return median(xs), true
+}
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -196,5 +211,6 @@ func Targets(rows []Row) []Target {
 		}
 	}
 	ts = append(ts, t)
+	ts = append(ts, latencyTargets(rows)...)
 	return ts
 }

@@ -9,6 +9,7 @@
 //	go run ./bench/cmd/dsbench                  # the quick profile (make bench)
 //	go run ./bench/cmd/dsbench -profile full    # make bench-full
 //	go run ./bench/cmd/dsbench -modes e2e -brokers host:9092,...
+//	go run ./bench/cmd/dsbench -modes latency -rate-frac 0.5   # end-to-end latency at a fixed rate
 //
 // It writes results.json (one object per measured run), results.md (median
 // tables, ratios, the targets) and throughput.svg into -out.
@@ -101,6 +102,9 @@ func run(args []string) int {
 	dir := fs.String("dir", "", "parent of state directories (default the system temp dir)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	heapProfile := fs.String("heapprofile", "", "sweep: write a heap profile of the stage at the end of each pre-fill to this path plus -KEYS.pprof")
+	latRate := fs.Float64("rate", 0, "latency: input records/s produced while the job runs (0: -rate-frac of the maximum)")
+	latFrac := fs.Float64("rate-frac", 0.5, "latency: without -rate, this share of the job's records/s measured first by e2e in the same run")
+	latFor := fs.Duration("latency-duration", 20*time.Second, "latency: how long the paced input lasts (records = rate x duration)")
 	render := fs.String("render", "", "measure nothing: merge these results.json files (comma list) and write the JSON, tables and plot into -out")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -144,8 +148,8 @@ func run(args []string) int {
 	}
 	modeList := strings.Split(ors(*modes, p.modes), ",")
 	for _, m := range modeList {
-		if !slices.Contains([]string{"engine", "sweep", "e2e", "kafka"}, m) {
-			return usage(fmt.Errorf("unknown mode %q (engine, sweep, e2e, kafka)", m))
+		if !slices.Contains([]string{"engine", "sweep", "e2e", "kafka", "latency"}, m) {
+			return usage(fmt.Errorf("unknown mode %q (engine, sweep, e2e, kafka, latency)", m))
 		}
 	}
 	fetchMax, err := optSize(*fetchBytes)
@@ -260,6 +264,29 @@ func run(args []string) int {
 		}
 		return ctx.Err()
 	}
+	// e2eCase is the end-to-end case of n records the flags describe; the
+	// duplicate ratio is -dups' first or dup, the raw topics -topics or
+	// topics.
+	e2eCase := func(n int, dup float64, topics0 int) harness.E2ECase {
+		// The window holds four times the stream's keys, so that one
+		// fetch (up to a few thousand records per partition) spans well
+		// under 1 % of it in record time: a batch is judged at its
+		// largest timestamp (see package workload).
+		sp := spec(4*n, dup)
+		if len(dupList) > 0 && *dups != "" {
+			sp.DupRatio = dupList[0]
+		}
+		sp.Partitions, sp.Topics = or(*partitions, p.partitions), or(*topics, topics0)
+		c := harness.E2ECase{Spec: sp, Records: n, Reps: or(*reps, p.reps), Replication: int16(*replication),
+			Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax,
+			MaxInFlight: *maxInFlight, NoFetchAhead: *noAhead}
+		if *brokers != "" {
+			c.Brokers = strings.Split(*brokers, ",")
+		} else {
+			c.Replication = 1
+		}
+		return c
+	}
 	fail := func(err error) int {
 		fmt.Fprintln(os.Stderr, "dsbench:", err)
 		save()
@@ -285,25 +312,35 @@ func run(args []string) int {
 				}
 			}
 		case "e2e":
-			n := or(*e2eRecords, p.e2eRecords)
-			// The window holds four times the stream's keys, so that one
-			// fetch (up to a few thousand records per partition) spans well
-			// under 1 % of it in record time: a batch is judged at its
-			// largest timestamp (see package workload).
-			sp := spec(4*n, 0.05)
-			if len(dupList) > 0 && *dups != "" {
-				sp.DupRatio = dupList[0]
+			rs, err := harness.RunE2E(ctx, e2eCase(or(*e2eRecords, p.e2eRecords), 0.05, p.topics), prog)
+			for _, r := range rs {
+				add(r, nil)
 			}
-			sp.Partitions, sp.Topics = or(*partitions, p.partitions), or(*topics, p.topics)
-			c := harness.E2ECase{Spec: sp, Records: n, Reps: or(*reps, p.reps), Replication: int16(*replication),
-				Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax,
-				MaxInFlight: *maxInFlight, NoFetchAhead: *noAhead}
-			if *brokers != "" {
-				c.Brokers = strings.Split(*brokers, ",")
-			} else {
-				c.Replication = 1
+			if err != nil {
+				return fail(err)
 			}
-			rs, err := harness.RunE2E(ctx, c, prog)
+		case "latency":
+			c := harness.LatencyCase{Rate: *latRate}
+			if c.Rate <= 0 {
+				maxRate, ok := harness.MedianRate(runInfo.Results, harness.SysDedup, harness.CaseE2EEmbedded, harness.CaseE2EExternal)
+				if !ok {
+					// No e2e mode earlier in this run: measure the maximum now.
+					mc := e2eCase(or(*e2eRecords, p.e2eRecords), 0.05, p.topics)
+					mc.Reps = 1
+					rs, err := harness.RunE2E(ctx, mc, prog)
+					for _, r := range rs {
+						add(r, nil)
+					}
+					if err != nil {
+						return fail(err)
+					}
+					maxRate, _ = harness.MedianRate(runInfo.Results, harness.SysDedup, harness.CaseE2EEmbedded, harness.CaseE2EExternal)
+				}
+				c.Rate = *latFrac * maxRate
+				prog.Say("latency: %.2f x the job's %.0f records/s measured end to end = %.0f records/s", *latFrac, maxRate, c.Rate)
+			}
+			c.E2E = e2eCase(max(1, int(c.Rate*latFor.Seconds())), 0.05, p.topics)
+			rs, err := harness.RunLatency(ctx, c, prog)
 			for _, r := range rs {
 				add(r, nil)
 			}
@@ -311,15 +348,8 @@ func run(args []string) int {
 				return fail(err)
 			}
 		case "kafka":
-			n := or(*e2eRecords, p.e2eRecords)
-			sp := spec(4*n, 0.2)
-			if len(dupList) > 0 && *dups != "" {
-				sp.DupRatio = dupList[0]
-			}
-			sp.Partitions, sp.Topics = or(*partitions, p.partitions), or(*topics, 1)
-			kc.E2E = harness.E2ECase{Spec: sp, Records: n, Reps: or(*reps, p.reps), Replication: int16(*replication),
-				Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax,
-				MaxInFlight: *maxInFlight, NoFetchAhead: *noAhead}
+			kc.E2E = e2eCase(or(*e2eRecords, p.e2eRecords), 0.2, 1)
+			kc.E2E.Brokers, kc.E2E.Replication = nil, int16(*replication)
 			rs, err := harness.RunKafka(ctx, kc, prog)
 			for _, r := range rs {
 				add(r, nil)
