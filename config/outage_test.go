@@ -1,9 +1,6 @@
 package config
 
 import (
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 )
@@ -24,19 +21,9 @@ func TestOutageFields(t *testing.T) {
 		{name: "on_fenced_backoff", extra: "  on_fenced_backoff: -1s\n", problem: "job.yaml:8: kafka.on_fenced_backoff: must be >= 0, got -1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "job.yaml")
-			if err := os.WriteFile(path, []byte(base+tc.extra), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			c, err := load(path, env(nil))
-			if tc.problem != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.problem) {
-					t.Fatalf("want problem %q, got %v", tc.problem, err)
-				}
+			c, ok := loadCase(t, base+tc.extra, tc.problem)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			k := c.Kafka
 			if k.RequestTimeout != tc.want.RequestTimeout || k.UnreachableAfter != tc.want.UnreachableAfter ||

@@ -77,19 +77,9 @@ func TestFetchAhead(t *testing.T) {
 		{name: "not a bool", extra: "fetch:\n  ahead: 2\n", problem: "job.yaml:8: fetch.ahead: "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "job.yaml")
-			if err := os.WriteFile(path, []byte(base+tc.extra), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			c, err := load(path, env(nil))
-			if tc.problem != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.problem) {
-					t.Fatalf("want problem %q, got %v", tc.problem, err)
-				}
+			c, ok := loadCase(t, base+tc.extra, tc.problem)
+			if !ok {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if got := c.Fetch.FetchAhead(); got != tc.want {
 				t.Errorf("fetch.ahead = %v, want %v", got, tc.want)
