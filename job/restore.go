@@ -29,7 +29,9 @@ type keyedBatch struct {
 // (pipeline.RestoreKeyer: the JSON extraction and the hash, most of a
 // restore's cost), the caller's records the keys in the Bloom front and the
 // store (Stage.RestoreKeyed), in output order, while the next batch is read
-// and keyed. BenchmarkRestore measures it.
+// and keyed. When the output is read, the store writes what it still holds
+// in memory (Stage.EndRestore), so the restore ends with every key in the
+// store. BenchmarkRestore measures it.
 func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int64) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -85,6 +87,13 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 	err := <-readErr
 	if applyErr != nil {
 		return restored, applyErr
+	}
+	if err == nil && restored > 0 {
+		// The restore is over when the store holds its keys: the last
+		// sorted runs are written now, not by the first cycle's Commit.
+		if err := r.stage.EndRestore(); err != nil {
+			return restored, &fatalError{err}
+		}
 	}
 	return restored, err
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -32,7 +33,10 @@ import (
 //     10k), what rebuilding from the raw input costs at best.
 //
 // Each reports keys/s. Run: make bench-go BENCH=Restore PKGS=./job
-// BENCHTIME=1x (RESTORE_KEYS=10000000 for the 10M figure).
+// BENCHTIME=1x (RESTORE_KEYS=10000000 for the 10M figure). With
+// RESTORE_CPUPROFILE=file, each restore writes a CPU profile of itself
+// alone (the fill, the reads and the reprocessing left out): the first to
+// file, the next to file.2, file.3, ... (go tool pprof merges them).
 func BenchmarkRestore(b *testing.B) {
 	n := 1_000_000
 	if v := os.Getenv("RESTORE_KEYS"); v != "" {
@@ -104,6 +108,7 @@ state: {dir: %s}
 			report(b, keys, start, cpu)
 		}
 	})
+	profPath, profiles := os.Getenv("RESTORE_CPUPROFILE"), 0
 	b.Run("restore", func(b *testing.B) {
 		for b.Loop() {
 			os.RemoveAll(cfg.State.Dir)
@@ -111,8 +116,15 @@ state: {dir: %s}
 			if err := r.open(); err != nil {
 				b.Fatal(err)
 			}
+			stop := func() {}
+			if profPath != "" {
+				stop = startProfile(b, profPath, profiles)
+				profiles++
+			}
 			before, start, cpu := j.Stats().Restored, time.Now(), cpuTime()
-			if err := r.recover(ctx); err != nil {
+			err := r.recover(ctx)
+			stop()
+			if err != nil {
 				b.Fatal(err)
 			}
 			report(b, int(j.Stats().Restored-before), start, cpu)
@@ -157,6 +169,27 @@ state: {dir: %s}
 			stage.Close()
 		}
 	})
+}
+
+// startProfile starts a CPU profile into path (the nth: path.n+1 after
+// the first) and returns what stops it.
+func startProfile(b *testing.B, path string, n int) (stop func()) {
+	if n > 0 {
+		path += "." + strconv.Itoa(n+1)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 // fillOutput writes n distinct orders to partition 0 of topic.

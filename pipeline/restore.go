@@ -120,3 +120,19 @@ func (s *Stage) RestoreKeyed(b *Restored, checkpoint []byte) error {
 	}
 	return nil
 }
+
+// EndRestore ends a restore: it writes the keys the RestoreKeyed calls
+// loaded into the store as runs and waits for them, so that the store holds
+// every restored key, with the checkpoint of the last batch, before the
+// first record is decided. Without it the stage's first Commit (or read)
+// does this work. A no-op when nothing was loaded.
+func (s *Stage) EndRestore() error {
+	if s.err != nil {
+		return s.err
+	}
+	if err := s.store.Flush(); err != nil {
+		s.err = fmt.Errorf("pipeline: restore: %w", err)
+		return s.err
+	}
+	return nil
+}
