@@ -15,19 +15,20 @@ import (
 // job keys the next batch while the stage records the previous one.
 
 // Restored is a batch of output records reduced to what a restore needs:
-// per record its key hash, version and timestamp. Reuse it across batches.
+// per record its key hash, version and timestamp (the hashes in one slice,
+// for filter.Filter.AddAll). Reuse it across batches.
 type Restored struct {
-	keys []restoredKey
-}
-
-type restoredKey struct {
-	h       partition.Hash
-	version uint64
-	tsMs    int64
+	hs       []partition.Hash
+	versions []uint64
+	tsMs     []int64
 }
 
 // Len returns the number of records in b.
-func (b *Restored) Len() int { return len(b.keys) }
+func (b *Restored) Len() int { return len(b.hs) }
+
+func (b *Restored) reset() {
+	b.hs, b.versions, b.tsMs = b.hs[:0], b.versions[:0], b.tsMs[:0]
+}
 
 // RestoreKeyer keys output records for Stage.RestoreKeyed exactly as the
 // stage would. It holds a Keyer of its own, so it may run on another
@@ -52,14 +53,16 @@ func (s *Stage) NewRestoreKeyer() *RestoreKeyer {
 // keyed once already, so this means the output topic holds records no
 // stage of this configuration wrote.
 func (k *RestoreKeyer) Key(in []Record, b *Restored) error {
-	b.keys = b.keys[:0]
+	b.reset()
 	for i := range in {
 		key, version, err := k.keyer.identity(&in[i])
 		if err != nil {
-			b.keys = b.keys[:0]
+			b.reset()
 			return fmt.Errorf("pipeline: restore: output record %d: %w", i, err)
 		}
-		b.keys = append(b.keys, restoredKey{h: partition.HashKey(key), version: version, tsMs: in[i].TimestampMs})
+		b.hs = append(b.hs, partition.HashKey(key))
+		b.versions = append(b.versions, version)
+		b.tsMs = append(b.tsMs, in[i].TimestampMs)
 	}
 	return nil
 }
@@ -96,18 +99,18 @@ func (s *Stage) RestoreKeyed(b *Restored, checkpoint []byte) error {
 	if s.cfg.TimeBase == ProcessingTime {
 		s.tick(wall)
 	} else {
-		for i := range b.keys {
-			s.tick(s.cfg.ClockTime(b.keys[i].tsMs, wall))
+		for _, ts := range b.tsMs {
+			s.tick(s.cfg.ClockTime(ts, wall))
 		}
 	}
 	// A bulk load: the keys go straight into the store's batch (the last
 	// Put of a key wins, as the output's newest version must) and the Bloom
-	// front, without the cycle's collapse map, which a restore never reads;
+	// front (AddAll: the misses of several keys overlap), without the cycle's collapse map, which a restore never reads;
 	// the store sorts them into runs (statestore.Store.Load) and makes them
 	// visible before any later read.
-	for i := range b.keys {
-		s.filter.Add(b.keys[i].h)
-		s.batch.Put(s.cur, b.keys[i].h, b.keys[i].version)
+	s.filter.AddAll(b.hs)
+	for i, h := range b.hs {
+		s.batch.Put(s.cur, h, b.versions[i])
 	}
 	if _, err := s.store.Load(s.batch, statestore.State{Generation: s.cur, Checkpoint: checkpoint}); err != nil {
 		s.err = fmt.Errorf("pipeline: restore: %w", err)

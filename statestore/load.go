@@ -1,7 +1,12 @@
 package statestore
 
 import (
+	"cmp"
 	"fmt"
+	"math/bits"
+	"slices"
+
+	"github.com/dedupstream/dedupstream/partition"
 )
 
 // Load records the keys of b and st like Commit, for a bulk restore from
@@ -41,24 +46,21 @@ func (s *Store) Load(b *Batch, st State) (State, error) {
 	}
 	st.Seq = s.state.Seq + 1
 	if s.loadBuf == nil {
-		// The buffer the flusher is done with, if any: a run's worth.
-		s.loadBuf, s.loadSpare = s.loadSpare[:0], nil
+		// The buffer the flusher is done with, if any: its chunks and sort
+		// scratch are reused.
+		s.loadBuf, s.loadSpare = s.loadSpare, nil
+		if s.loadBuf == nil {
+			s.loadBuf = &loadBuffer{}
+		}
+		s.loadBuf.reset()
 	}
-	if need := len(s.loadBuf) + len(b.entries); need > cap(s.loadBuf) {
-		// Doubling, up to a run's worth: append grows a large slice by a
-		// quarter at a time, and those copies cost as much as the rest of
-		// a restore's bookkeeping together (BenchmarkRestore profile).
-		grown := make([]entry, len(s.loadBuf), max(need, min(2*cap(s.loadBuf), int(s.memKeys)+len(b.entries))))
-		copy(grown, s.loadBuf)
-		s.loadBuf = grown
-	}
-	s.loadBuf = append(s.loadBuf, b.entries...)
+	s.loadBuf.add(b.entries)
 	s.mu.Lock()
 	s.state.Seq, s.state.Generation = st.Seq, st.Generation
 	s.state.Checkpoint = append(s.state.Checkpoint[:0], st.Checkpoint...)
 	s.mu.Unlock()
 	s.loading.Store(true)
-	if uint64(len(s.loadBuf)) >= s.memKeys {
+	if uint64(s.loadBuf.n) >= s.memKeys {
 		if err := s.handOverLoad(); err != nil {
 			return State{}, err
 		}
@@ -73,7 +75,11 @@ func (s *Store) handOverLoad() error {
 		return err
 	}
 	if prev != nil && prev.loaded != nil {
-		s.loadSpare = prev.loaded // sorted into a copy, then left alone
+		// Done with: its chunks fill next, its sort scratch sorts this
+		// buffer (one sort at a time: one scratch).
+		s.loadSpare = prev.loaded
+		s.loadBuf.sorted, s.loadSpare.sorted = s.loadSpare.sorted, nil
+		s.loadBuf.counts, s.loadSpare.counts = s.loadSpare.counts, nil
 	}
 	s.mu.Lock()
 	st := s.state
@@ -95,7 +101,7 @@ func (s *Store) finishLoad() error {
 	if !s.loading.Load() {
 		return nil
 	}
-	if len(s.loadBuf) > 0 {
+	if s.loadBuf != nil && s.loadBuf.n > 0 {
 		if err := s.handOverLoad(); err != nil {
 			return err
 		}
@@ -104,7 +110,11 @@ func (s *Store) finishLoad() error {
 		return err
 	}
 	s.loading.Store(false)
+	// The buffers go with the load: about 64 bytes per MemTableSize key.
 	s.loadSpare = nil
+	if s.job != nil {
+		s.job.loaded = nil
+	}
 	return nil
 }
 
@@ -121,13 +131,136 @@ func (s *Store) endLoad() error {
 	return s.finishLoad()
 }
 
-// sortLoaded sorts loaded entries by key and keeps the last Load of each.
-func sortLoaded(es []entry) []memEntry {
-	out := make([]memEntry, len(es))
-	for i := range es {
-		out[i] = memEntry{gen: es[i].gen, h: es[i].h, version: es[i].version}
+// loadChunkKeys is how many keys one chunk of a load buffer holds (1 MiB).
+const loadChunkKeys = 32 << 10
+
+// loadBuffer holds the keys of Loads in arrival order, in fixed chunks, so
+// that it grows without copying what it holds (growing one slice by
+// doubling copied every key about once more and cleared each new array:
+// BenchmarkRestore profile), and the scratch of its sort. A buffer goes to
+// the flusher whole and comes back for reuse (Store.loadSpare).
+type loadBuffer struct {
+	chunks [][]memEntry // full but the last; each of capacity loadChunkKeys
+	n      int          // keys held
+	used   int          // chunks in use: chunks[used:] are spare
+	sorted []memEntry   // sortLoaded's output
+	counts []uint32     // sortLoaded's buckets
+}
+
+func (lb *loadBuffer) reset() {
+	for i := range lb.used {
+		lb.chunks[i] = lb.chunks[i][:0]
 	}
-	sortMem(out) // stable: equal keys keep their order
+	lb.n, lb.used = 0, 0
+}
+
+// add appends the keys of es (one Load's batch) in order.
+func (lb *loadBuffer) add(es []entry) {
+	for len(es) > 0 {
+		if lb.used == 0 || len(lb.chunks[lb.used-1]) == loadChunkKeys {
+			if lb.used == len(lb.chunks) {
+				lb.chunks = append(lb.chunks, make([]memEntry, 0, loadChunkKeys))
+			}
+			lb.used++
+		}
+		c := &lb.chunks[lb.used-1]
+		n := min(len(es), loadChunkKeys-len(*c))
+		for _, e := range es[:n] {
+			*c = append(*c, memEntry{gen: e.gen, h: e.h, version: e.version})
+		}
+		lb.n += n
+		es = es[n:]
+	}
+}
+
+// each calls fn for every key in arrival order.
+func (lb *loadBuffer) each(fn func(e *memEntry)) {
+	for _, c := range lb.chunks[:lb.used] {
+		for i := range c {
+			fn(&c[i])
+		}
+	}
+}
+
+// sortLoaded sorts the keys of lb by (gen, hash), keeps the last Load of
+// each key and returns them; the result lives in lb's scratch until its
+// next sort.
+//
+// Within a generation the hashes are uniform, so one counting pass on the
+// top bits of Hi (about four keys per bucket) and a scatter straight from
+// the chunks put every key within a few places of its own; an insertion
+// sort finishes. The scatter keeps arrival order inside a bucket and the
+// insertion sort moves a key only past greater ones, so of equal keys the
+// last loaded ends last.
+func sortLoaded(lb *loadBuffer) []memEntry {
+	// The generations and their keys: few, usually one.
+	type genCount struct {
+		gen   uint64
+		n     int
+		shift uint // bucket of a hash: Hi >> shift (64: one bucket)
+		base  int  // first bucket
+	}
+	var gens []genCount
+	find := func(gen uint64, last int) int {
+		if last < len(gens) && gens[last].gen == gen {
+			return last
+		}
+		for i := range gens {
+			if gens[i].gen == gen {
+				return i
+			}
+		}
+		gens = append(gens, genCount{gen: gen})
+		return len(gens) - 1
+	}
+	gi := 0
+	lb.each(func(e *memEntry) {
+		gi = find(e.gen, gi)
+		gens[gi].n++
+	})
+	slices.SortFunc(gens, func(a, b genCount) int { return cmp.Compare(a.gen, b.gen) })
+	buckets := 0
+	for i := range gens {
+		b := max(0, bits.Len(uint(gens[i].n))-2)
+		b = min(b, 22)
+		gens[i].shift, gens[i].base = uint(64-b), buckets
+		buckets += 1 << b
+	}
+	if cap(lb.counts) < buckets+1 {
+		lb.counts = make([]uint32, buckets+1)
+	}
+	counts := lb.counts[:buckets+1]
+	clear(counts)
+	bucket := func(g *genCount, h partition.Hash) int {
+		if g.shift == 64 {
+			return g.base
+		}
+		return g.base + int(h.Hi>>g.shift)
+	}
+	gi = 0
+	lb.each(func(e *memEntry) {
+		gi = find(e.gen, gi)
+		counts[1+bucket(&gens[gi], e.h)]++
+	})
+	for i := 1; i <= buckets; i++ {
+		counts[i] += counts[i-1]
+	}
+	if cap(lb.sorted) < lb.n {
+		lb.sorted = make([]memEntry, lb.n)
+	}
+	out := lb.sorted[:lb.n]
+	gi = 0
+	lb.each(func(e *memEntry) {
+		gi = find(e.gen, gi)
+		d := bucket(&gens[gi], e.h)
+		out[counts[d]] = *e
+		counts[d]++
+	})
+	for i := 1; i < len(out); i++ {
+		for j := i; j > 0 && compareMem(&out[j-1], &out[j]) > 0; j-- {
+			out[j-1], out[j] = out[j], out[j-1]
+		}
+	}
 	w := 0
 	for i := range out {
 		if w > 0 && out[w-1].gen == out[i].gen && out[w-1].h == out[i].h {

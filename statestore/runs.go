@@ -194,9 +194,9 @@ func (rw *runWriter) finish() (run, error) {
 // flushJob hands a full memIndex to the flusher.
 type flushJob struct {
 	mem    *memIndex
-	loaded []entry // instead of mem: the keys of Loads
-	state  State   // the state of the last commit in mem
-	floor  uint64  // the floor in force when mem was handed over
+	loaded *loadBuffer // instead of mem: the keys of Loads
+	state  State       // the state of the last commit in mem
+	floor  uint64      // the floor in force when mem was handed over
 	err    error
 	done   chan struct{}
 }

@@ -74,8 +74,8 @@ type Store struct {
 	imm    *memIndex // handed to the flusher, not yet in runs
 	runs   atomic.Pointer[runSet]
 
-	loadBuf   []entry     // keys of Loads not yet handed to the flusher (under wmu)
-	loadSpare []entry     // a load buffer the flusher is done with, for reuse (under wmu)
+	loadBuf   *loadBuffer // keys of Loads not yet handed to the flusher (under wmu)
+	loadSpare *loadBuffer // a load buffer the flusher is done with, for reuse (under wmu)
 	loading   atomic.Bool // Loads not yet all in runs
 
 	w     *worker // runs every write-path Pebble call (see worker)
