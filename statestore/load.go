@@ -75,12 +75,12 @@ func (s *Store) handOverLoad() error {
 		return err
 	}
 	if prev != nil && prev.loaded != nil {
-		// Done with: its chunks fill next, its sort scratch sorts this
-		// buffer (one sort at a time: one scratch).
+		// Done with: its chunks fill next, its merge output serves this
+		// buffer (one merge at a time: one output array).
 		s.loadSpare = prev.loaded
 		s.loadBuf.sorted, s.loadSpare.sorted = s.loadSpare.sorted, nil
-		s.loadBuf.counts, s.loadSpare.counts = s.loadSpare.counts, nil
 	}
+	s.loadBuf.seal() // here, not on the flusher
 	s.mu.Lock()
 	st := s.state
 	st.Checkpoint = append([]byte(nil), s.state.Checkpoint...)
@@ -131,37 +131,46 @@ func (s *Store) endLoad() error {
 	return s.finishLoad()
 }
 
-// loadChunkKeys is how many keys one chunk of a load buffer holds (1 MiB).
-const loadChunkKeys = 32 << 10
+// loadChunkKeys is how many keys one chunk of a load buffer holds (4 MiB).
+const loadChunkKeys = 128 << 10
 
 // loadBuffer holds the keys of Loads in arrival order, in fixed chunks, so
 // that it grows without copying what it holds (growing one slice by
 // doubling copied every key about once more and cleared each new array:
-// BenchmarkRestore profile), and the scratch of its sort. A buffer goes to
-// the flusher whole and comes back for reuse (Store.loadSpare).
+// BenchmarkRestore profile). Each chunk is sorted when it fills, on the
+// loading goroutine (the stage's, which waits on the reader and has time to
+// spare), so the flusher, which writes the runs, only merges sorted chunks
+// (sortLoaded). A buffer goes to the flusher whole and comes back for reuse
+// (Store.loadSpare).
 type loadBuffer struct {
-	chunks [][]memEntry // full but the last; each of capacity loadChunkKeys
+	chunks [][]memEntry // full and sorted but the last; each of capacity loadChunkKeys
 	n      int          // keys held
 	used   int          // chunks in use: chunks[used:] are spare
-	sorted []memEntry   // sortLoaded's output
-	counts []uint32     // sortLoaded's buckets
+	open   bool         // chunks[used-1] is not sorted yet
+
+	scratch []memEntry // sortChunk's
+	counts  []uint32   // sortChunk's buckets
+	sorted  []memEntry // sortLoaded's output
+	heap    []int      // sortLoaded's cursors
+	pos     []int
 }
 
 func (lb *loadBuffer) reset() {
 	for i := range lb.used {
 		lb.chunks[i] = lb.chunks[i][:0]
 	}
-	lb.n, lb.used = 0, 0
+	lb.n, lb.used, lb.open = 0, 0, false
 }
 
 // add appends the keys of es (one Load's batch) in order.
 func (lb *loadBuffer) add(es []entry) {
 	for len(es) > 0 {
-		if lb.used == 0 || len(lb.chunks[lb.used-1]) == loadChunkKeys {
+		if !lb.open {
 			if lb.used == len(lb.chunks) {
 				lb.chunks = append(lb.chunks, make([]memEntry, 0, loadChunkKeys))
 			}
 			lb.used++
+			lb.open = true
 		}
 		c := &lb.chunks[lb.used-1]
 		n := min(len(es), loadChunkKeys-len(*c))
@@ -170,30 +179,33 @@ func (lb *loadBuffer) add(es []entry) {
 		}
 		lb.n += n
 		es = es[n:]
-	}
-}
-
-// each calls fn for every key in arrival order.
-func (lb *loadBuffer) each(fn func(e *memEntry)) {
-	for _, c := range lb.chunks[:lb.used] {
-		for i := range c {
-			fn(&c[i])
+		if len(*c) == loadChunkKeys {
+			lb.seal()
 		}
 	}
 }
 
-// sortLoaded sorts the keys of lb by (gen, hash), keeps the last Load of
-// each key and returns them; the result lives in lb's scratch until its
-// next sort.
+// seal sorts the open chunk; the next key starts a new one.
+func (lb *loadBuffer) seal() {
+	if lb.open {
+		lb.sortChunk(lb.chunks[lb.used-1])
+		lb.open = false
+	}
+}
+
+// sortChunk sorts c by (gen, hash), stably: of equal keys the one loaded
+// last stays last.
 //
 // Within a generation the hashes are uniform, so one counting pass on the
-// top bits of Hi (about four keys per bucket) and a scatter straight from
-// the chunks put every key within a few places of its own; an insertion
-// sort finishes. The scatter keeps arrival order inside a bucket and the
-// insertion sort moves a key only past greater ones, so of equal keys the
-// last loaded ends last.
-func sortLoaded(lb *loadBuffer) []memEntry {
-	// The generations and their keys: few, usually one.
+// top bits of Hi (about four keys per bucket) and a scatter put every key
+// within a few places of its own; an insertion sort finishes. The scatter
+// keeps arrival order inside a bucket and the insertion sort moves a key
+// only past greater ones, which keeps the sort stable.
+func (lb *loadBuffer) sortChunk(c []memEntry) {
+	if len(c) < 2 {
+		return
+	}
+	// The generations of the chunk: few, usually one.
 	type genCount struct {
 		gen   uint64
 		n     int
@@ -201,9 +213,10 @@ func sortLoaded(lb *loadBuffer) []memEntry {
 		base  int  // first bucket
 	}
 	var gens []genCount
-	find := func(gen uint64, last int) int {
-		if last < len(gens) && gens[last].gen == gen {
-			return last
+	gi := 0
+	find := func(gen uint64) int {
+		if gi < len(gens) && gens[gi].gen == gen {
+			return gi
 		}
 		for i := range gens {
 			if gens[i].gen == gen {
@@ -213,16 +226,14 @@ func sortLoaded(lb *loadBuffer) []memEntry {
 		gens = append(gens, genCount{gen: gen})
 		return len(gens) - 1
 	}
-	gi := 0
-	lb.each(func(e *memEntry) {
-		gi = find(e.gen, gi)
+	for i := range c {
+		gi = find(c[i].gen)
 		gens[gi].n++
-	})
+	}
 	slices.SortFunc(gens, func(a, b genCount) int { return cmp.Compare(a.gen, b.gen) })
 	buckets := 0
 	for i := range gens {
 		b := max(0, bits.Len(uint(gens[i].n))-2)
-		b = min(b, 22)
 		gens[i].shift, gens[i].base = uint(64-b), buckets
 		buckets += 1 << b
 	}
@@ -238,37 +249,92 @@ func sortLoaded(lb *loadBuffer) []memEntry {
 		return g.base + int(h.Hi>>g.shift)
 	}
 	gi = 0
-	lb.each(func(e *memEntry) {
-		gi = find(e.gen, gi)
-		counts[1+bucket(&gens[gi], e.h)]++
-	})
+	for i := range c {
+		gi = find(c[i].gen)
+		counts[1+bucket(&gens[gi], c[i].h)]++
+	}
 	for i := 1; i <= buckets; i++ {
 		counts[i] += counts[i-1]
 	}
-	if cap(lb.sorted) < lb.n {
-		lb.sorted = make([]memEntry, lb.n)
+	if cap(lb.scratch) < len(c) {
+		lb.scratch = make([]memEntry, loadChunkKeys)
 	}
-	out := lb.sorted[:lb.n]
+	out := lb.scratch[:len(c)]
 	gi = 0
-	lb.each(func(e *memEntry) {
-		gi = find(e.gen, gi)
-		d := bucket(&gens[gi], e.h)
-		out[counts[d]] = *e
+	for i := range c {
+		gi = find(c[i].gen)
+		d := bucket(&gens[gi], c[i].h)
+		out[counts[d]] = c[i]
 		counts[d]++
-	})
+	}
 	for i := 1; i < len(out); i++ {
 		for j := i; j > 0 && compareMem(&out[j-1], &out[j]) > 0; j-- {
 			out[j-1], out[j] = out[j], out[j-1]
 		}
 	}
-	w := 0
-	for i := range out {
-		if w > 0 && out[w-1].gen == out[i].gen && out[w-1].h == out[i].h {
-			out[w-1] = out[i]
-			continue
-		}
-		out[w] = out[i]
-		w++
+	copy(c, out)
+}
+
+// sortLoaded returns the keys of lb sorted by (gen, hash), with only the
+// last Load of each key; the result lives in lb's scratch until its next
+// sort. It seals the open chunk, then merges the sorted chunks with a heap
+// of cursors; of equal keys the one of the earlier chunk comes first, so
+// the last loaded ends last and wins.
+func sortLoaded(lb *loadBuffer) []memEntry {
+	lb.seal()
+	chunks := lb.chunks[:lb.used]
+	if cap(lb.sorted) < lb.n {
+		lb.sorted = make([]memEntry, lb.n)
 	}
-	return out[:w]
+	out := lb.sorted[:0]
+	pos := append(lb.pos[:0], make([]int, len(chunks))...)
+	less := func(a, b int) bool { // cursor a's key before cursor b's
+		x, y := &chunks[a][pos[a]], &chunks[b][pos[b]]
+		if c := compareMem(x, y); c != 0 {
+			return c < 0
+		}
+		return a < b
+	}
+	h := lb.heap[:0]
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= len(h) {
+				return
+			}
+			m := l
+			if r := l + 1; r < len(h) && less(h[r], h[l]) {
+				m = r
+			}
+			if !less(h[m], h[i]) {
+				return
+			}
+			h[i], h[m] = h[m], h[i]
+			i = m
+		}
+	}
+	for i := range chunks {
+		if len(chunks[i]) > 0 {
+			h = append(h, i)
+		}
+	}
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		down(i)
+	}
+	for len(h) > 0 {
+		top := h[0]
+		e := &chunks[top][pos[top]]
+		if k := len(out); k > 0 && out[k-1].gen == e.gen && out[k-1].h == e.h {
+			out[k-1] = *e
+		} else {
+			out = append(out, *e)
+		}
+		if pos[top]++; pos[top] == len(chunks[top]) {
+			h[0] = h[len(h)-1]
+			h = h[:len(h)-1]
+		}
+		down(0)
+	}
+	lb.heap, lb.pos = h, pos
+	return out
 }
