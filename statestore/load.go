@@ -11,9 +11,9 @@ import (
 
 // Load records the keys of b and st like Commit, for a bulk restore from
 // the output topic: the keys are only appended to a buffer (no commit log,
-// no hash index), which the flusher sorts and writes as runs each time it
-// holds MemTableSize worth of keys, recording the state of its last Load
-// with them. A crash loses the Loads since the last such run, and the store
+// no hash index), sorted in chunks as it fills, which the flusher merges and
+// writes as runs each time it holds MemTableSize worth of keys, recording
+// the state of its last Load with them. A crash loses the Loads since the last such run, and the store
 // reopens at an earlier state, from which the restore reads again.
 //
 // Loaded keys are not visible to reads until the load ends: the next
@@ -110,7 +110,9 @@ func (s *Store) finishLoad() error {
 		return err
 	}
 	s.loading.Store(false)
-	// The buffers go with the load: about 64 bytes per MemTableSize key.
+	// The buffers go with the load: 32 bytes per key in each of three
+	// (the one filling, the one the flusher merges and its output), about
+	// twice MemTableSize.
 	s.loadSpare = nil
 	if s.job != nil {
 		s.job.loaded = nil
@@ -143,7 +145,7 @@ const loadChunkKeys = 128 << 10
 // (sortLoaded). A buffer goes to the flusher whole and comes back for reuse
 // (Store.loadSpare).
 type loadBuffer struct {
-	chunks [][]memEntry // full and sorted but the last; each of capacity loadChunkKeys
+	chunks [][]memEntry // full (loadChunkKeys) and sorted but the last
 	n      int          // keys held
 	used   int          // chunks in use: chunks[used:] are spare
 	open   bool         // chunks[used-1] is not sorted yet
@@ -167,7 +169,13 @@ func (lb *loadBuffer) add(es []entry) {
 	for len(es) > 0 {
 		if !lb.open {
 			if lb.used == len(lb.chunks) {
-				lb.chunks = append(lb.chunks, make([]memEntry, 0, loadChunkKeys))
+				// The first chunk starts small and grows by appends (a
+				// restore after a crash may load a few keys only).
+				size := loadChunkKeys
+				if lb.used == 0 {
+					size = 4 << 10
+				}
+				lb.chunks = append(lb.chunks, make([]memEntry, 0, size))
 			}
 			lb.used++
 			lb.open = true
@@ -257,7 +265,7 @@ func (lb *loadBuffer) sortChunk(c []memEntry) {
 		counts[i] += counts[i-1]
 	}
 	if cap(lb.scratch) < len(c) {
-		lb.scratch = make([]memEntry, loadChunkKeys)
+		lb.scratch = make([]memEntry, len(c))
 	}
 	out := lb.scratch[:len(c)]
 	gi = 0
