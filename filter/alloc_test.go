@@ -36,6 +36,7 @@ func TestHotPathAllocatesNothing(t *testing.T) {
 		{"Test", func() { f.Test(next()) }},
 		{"Candidates", func() { dst = f.Candidates(next(), dst[:0]) }},
 		{"Add", func() { f.Add(next()) }},
+		{"AddAll", func() { f.AddAll(probes[:64]) }},
 		{"AddTo", func() { f.AddTo(f.Oldest(), next()) }},
 		{"Advance by one", func() { gen++; f.Advance(gen) }},
 		{"Advance past the window", func() { gen += 10; f.Advance(gen) }},
