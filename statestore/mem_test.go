@@ -1,8 +1,6 @@
 package statestore
 
 import (
-	"math/rand/v2"
-	"slices"
 	"testing"
 
 	"github.com/dedupstream/dedupstream/partition"
@@ -115,55 +113,6 @@ func TestSortLoadedKeepsLastLoad(t *testing.T) {
 			if want := last[memEntry{gen: e.gen, h: e.h}]; e.version != want {
 				t.Fatalf("n=%d: gen %d hash %v kept version %d, want the last loaded %d", n, e.gen, e.h, e.version, want)
 			}
-		}
-	}
-}
-
-// TestSortLoadedMatchesReference: sortLoaded against a stable comparison
-// sort with the last Load of each key kept, on random keys over uneven
-// generations with repeats, reusing one buffer (chunks and scratch) for
-// several loads as the store does.
-func TestSortLoadedMatchesReference(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 9))
-	lb := &loadBuffer{}
-	for round, n := range []int{1, 70, 5000, 2*loadChunkKeys + 333, 40_000} {
-		lb.reset()
-		var all []entry
-		for len(all) < n {
-			batch := make([]entry, 0, 1+rng.IntN(500))
-			for len(batch) < cap(batch) && len(all)+len(batch) < n {
-				var e entry
-				if len(all) > 0 && rng.IntN(5) == 0 {
-					e = all[rng.IntN(len(all))] // loaded again
-				} else {
-					e = entry{gen: []uint64{3, 5, 5, 5, 9, 1 << 40}[rng.IntN(6)], h: partition.Hash{Hi: rng.Uint64(), Lo: rng.Uint64()}}
-					if rng.IntN(50) == 0 {
-						e.h.Hi = 42 // equal high words: order by Lo
-					}
-				}
-				e.version = uint64(len(all) + len(batch) + 1)
-				batch = append(batch, e)
-			}
-			lb.add(batch)
-			all = append(all, batch...)
-		}
-		want := make([]memEntry, len(all))
-		for i, e := range all {
-			want[i] = memEntry{gen: e.gen, h: e.h, version: e.version}
-		}
-		slices.SortStableFunc(want, func(a, b memEntry) int { return compareMem(&a, &b) })
-		w := 0
-		for i := range want {
-			if w > 0 && want[w-1].gen == want[i].gen && want[w-1].h == want[i].h {
-				want[w-1] = want[i]
-				continue
-			}
-			want[w] = want[i]
-			w++
-		}
-		want = want[:w]
-		if got := sortLoaded(lb); !slices.Equal(got, want) {
-			t.Fatalf("round %d (%d keys): sortLoaded differs from the reference (%d vs %d keys)", round, n, len(got), len(want))
 		}
 	}
 }
