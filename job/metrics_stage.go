@@ -28,6 +28,7 @@ type partMetrics struct {
 	cycles      uint64
 	restored    uint64
 	storeWrites uint64
+	ambiguous   [ambiguousOutcomes]uint64 // settled ambiguous commits by outcome
 	cycle, e2e  hist
 	restoreLeft int64
 	restoreFrac float64
@@ -187,6 +188,24 @@ func (m *stageMetrics) settled(cycle *Stats) {
 	m.pm.mu.Lock()
 	defer m.pm.mu.Unlock()
 	m.pm.addCycle(cycle)
+}
+
+// Outcomes of an ambiguous commit, once recovery settled it (the outcome
+// label of dedupstream_ambiguous_commits_total).
+const (
+	ambiguousCommitted = iota // the transaction had committed
+	ambiguousAborted          // it had not
+	ambiguousTimedOut         // it had not: open past the transaction timeout, the coordinator aborted it
+	ambiguousOutcomes
+)
+
+var ambiguousLabels = [ambiguousOutcomes]string{"committed", "aborted", "timed_out"}
+
+// ambiguous counts a settled ambiguous commit by outcome.
+func (m *stageMetrics) ambiguous(outcome int) {
+	m.pm.mu.Lock()
+	m.pm.ambiguous[outcome]++
+	m.pm.mu.Unlock()
 }
 
 // addCycle adds a committed cycle's counters; pm.mu is held.

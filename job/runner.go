@@ -63,12 +63,17 @@ type runner struct {
 	// broker may have committed it. Recovery counts it once the committed
 	// input offsets show that it did.
 	doubt *doubtfulCycle
+	begun time.Time // when the open cycle began (its transaction opens with its first request)
 }
 
 // doubtfulCycle is a cycle whose commit outcome is unknown.
 type doubtfulCycle struct {
 	pos   []int64 // the input offsets it committed
 	cycle Stats
+	// openFor is how long the cycle had been under way when its commit
+	// failed: past kafka.transaction_timeout, the coordinator aborts the
+	// transaction (the process stood still, or the brokers did not answer).
+	openFor time.Duration
 }
 
 var _ task = (*runner)(nil)
@@ -388,6 +393,7 @@ func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, er
 // begin opens a cycle's transaction and notes the input positions it
 // starts from.
 func (r *runner) begin() error {
+	r.begun = time.Now()
 	r.pos = r.positions(r.pos)
 	return r.prod.Begin()
 }
@@ -436,7 +442,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	if err == nil {
 		r.j.opts.failpoint(testhook.Produced)
 		if err = r.prod.Commit(ctx); err != nil {
-			r.doubt = &doubtfulCycle{pos: slices.Clone(pos), cycle: *cycle}
+			r.doubt = &doubtfulCycle{pos: slices.Clone(pos), cycle: *cycle, openFor: time.Since(r.begun)}
 		}
 	}
 	if err != nil {
@@ -498,21 +504,47 @@ func (r *runner) settleOnExit(ctx context.Context) {
 // settleDoubt counts the cycle whose commit was ambiguous if the group's
 // committed offsets (as Job.topics) are the ones it sent: then its
 // transaction committed, its input is not read again, and without this its
-// records would be missing from in = out + dropped + dlq.
+// records would be missing from in = out + dropped + dlq. Otherwise the
+// transaction was aborted and the input is read again from the committed
+// offsets. When the cycle had been under way longer than
+// kafka.transaction_timeout, the coordinator aborted it for that (the
+// process stood still, or the brokers did not answer): the same event a
+// fence with cause timed_out reports, met here while the outcome of EndTxn
+// was unknown, and said as such. Each settlement is counted in
+// dedupstream_ambiguous_commits_total by outcome.
 func (r *runner) settleDoubt(committed []int64) {
 	d := r.doubt
 	r.doubt = nil
 	if d == nil || len(committed) != len(d.pos) {
 		return
 	}
+	aborted := false
 	for i, off := range d.pos {
 		if off >= 0 && committed[i] != off {
-			return
+			aborted = true
+			break
 		}
 	}
-	r.log.Info("the cycle whose commit was ambiguous had committed", "input_offset", d.pos)
-	r.met.settled(&d.cycle)
-	r.j.countTruncated(&d.cycle)
+	// The transaction opens with the cycle's first request, at most about
+	// one commit interval after the cycle began.
+	timeout := r.j.cfg.Kafka.TransactionTimeout
+	switch {
+	case !aborted:
+		r.log.Info("the cycle whose commit was ambiguous had committed", "input_offset", d.pos)
+		r.met.ambiguous(ambiguousCommitted)
+		r.met.settled(&d.cycle)
+		r.j.countTruncated(&d.cycle)
+	case timeout > 0 && d.openFor >= timeout+r.j.cfg.Commit.Interval:
+		r.log.Warn("the cycle whose commit was ambiguous had not committed: its transaction stayed open past the transaction timeout "+
+			"(the process stood still, or the brokers did not answer), so the transaction coordinator aborted it; "+
+			"its input is read again from the committed offsets, nothing is lost or repeated",
+			"open_for", d.openFor.Round(time.Millisecond), "transaction_timeout", timeout, "input_offset", d.pos, "committed_offset", committed)
+		r.met.ambiguous(ambiguousTimedOut)
+	default:
+		r.log.Info("the cycle whose commit was ambiguous had not committed; its input is read again from the committed offsets",
+			"open_for", d.openFor.Round(time.Millisecond), "input_offset", d.pos, "committed_offset", committed)
+		r.met.ambiguous(ambiguousAborted)
+	}
 }
 
 // abort ends the open transaction without effect and forgets the stage's
