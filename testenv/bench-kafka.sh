@@ -14,7 +14,9 @@
 # started and stopped again, namespace included, however this script ends.
 # Environment: KAFKA_PORT_BASE, KAFKA_RTT_US, KAFKA_CPUS (brokers' cores, default
 # the last), JOB_CPUS (dsbench's, default all but the last), RECORDS (default 400k),
-# REPS (default 3), PARTITIONS (default 4), BENCHFLAGS (more dsbench flags), ARMS
+# REPS (default 3), PARTITIONS (default 4), JOB_PROCESS (default 1: dedupstream and
+# the copy job each run in a process of their own on JOB_CPUS, so job CPU us/record is
+# the job's alone; 0 runs them inside dsbench), BENCHFLAGS (more dsbench flags), ARMS
 # (dsbench -arms instead of the default ones; routes "relay" and "rtt", e.g.
 # "copy-job=copy-job@relay;dedupstream serial=dedupstream@relay,inflight=1,ahead=false").
 set -euo pipefail
@@ -49,7 +51,9 @@ arms+=";producer-perf $label=producer-perf@rtt;consumer-perf $label=consumer-per
 arms=${ARMS:-$arms}
 cd "$repo"
 go build -o "$repo/bin/dsbench" ./bench/cmd/dsbench
+procflags=()
+if [[ ${JOB_PROCESS:-1} == 1 ]]; then procflags=(-job-process -job-cpus "$job_cpus"); fi
 # shellcheck disable=SC2086
 taskset -c "$job_cpus" "$repo/bin/dsbench" -modes kafka -e2e-records "${RECORDS:-400k}" -reps "${REPS:-3}" \
 	-partitions "${PARTITIONS:-4}" -routes "relay=$relay;rtt=$rtt" -arms "$arms" \
-	-broker-pids "$("$kafka" pids)" -kafka-lib "${KAFKA_HOME:-$repo/.kafka}/lib" -out "$out" ${BENCHFLAGS:-}
+	-broker-pids "$("$kafka" pids)" -kafka-lib "${KAFKA_HOME:-$repo/.kafka}/lib" -out "$out" "${procflags[@]}" ${BENCHFLAGS:-}

@@ -335,17 +335,7 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, group string, ends map[s
 
 // runCopy runs the copy job over the raw topics into out.
 func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress) (time.Duration, error) {
-	parts := make([]int, c.Spec.Partitions)
-	for i := range parts {
-		parts[i] = i
-	}
-	cj := &CopyJob{
-		Client: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: &kafka.Transport{ClientID: "dsbench-copy", DialTimeout: 10 * time.Second}},
-		Topics: raw, Output: out, Group: out, Partitions: parts,
-		Interval: c.Interval, MaxRecords: c.MaxRecords,
-		FetchMaxBytes: c.FetchMaxBytes, BatchMaxBytes: c.BatchMaxBytes,
-		MaxInFlight: cmp.Or(c.MaxInFlight, config.DefaultProduceMaxInFlight),
-	}
+	cj := newCopyJob(c, brokers, raw, out)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	readyC := make(chan time.Time, 1)
@@ -366,6 +356,21 @@ func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, 
 		return 0, err
 	}
 	return took, nil
+}
+
+// newCopyJob is the copy job of case c over the raw topics into out.
+func newCopyJob(c E2ECase, brokers, raw []string, out string) *CopyJob {
+	parts := make([]int, c.Spec.Partitions)
+	for i := range parts {
+		parts[i] = i
+	}
+	return &CopyJob{
+		Client: &kafka.Client{Addr: kafka.TCP(brokers...), Transport: &kafka.Transport{ClientID: "dsbench-copy", DialTimeout: 10 * time.Second}},
+		Topics: raw, Output: out, Group: out, Partitions: parts,
+		Interval: c.Interval, MaxRecords: c.MaxRecords,
+		FetchMaxBytes: c.FetchMaxBytes, BatchMaxBytes: c.BatchMaxBytes,
+		MaxInFlight: cmp.Or(c.MaxInFlight, config.DefaultProduceMaxInFlight),
+	}
 }
 
 // jobConfig is the dedup job the harness runs; everything not named is the

@@ -66,6 +66,10 @@ type KafkaCase struct {
 	// KafkaLib is the directory of the broker's jars (kafka-tools among
 	// them); Java the java command (default "java").
 	KafkaLib, Java string
+	// JobProc, when set, runs dedupstream and the copy job each in a
+	// process of its own (see JobProcess); otherwise they run inside
+	// dsbench and job CPU is dsbench's.
+	JobProc *JobProcess
 }
 
 // RunKafka runs a real-cluster case and returns one result per arm and rep.
@@ -140,17 +144,24 @@ func RunKafka(ctx context.Context, c KafkaCase, p *Progress) ([]Result, error) {
 			}
 			cpu0, bcpu0 := selfCPU(), procsCPU(c.BrokerPIDs)
 			var took time.Duration
-			switch a.System {
-			case SysCopy:
+			var childCPU float64
+			switch {
+			case c.JobProc != nil && (a.System == SysCopy || a.System == SysDedup):
+				took, childCPU, err = c.JobProc.run(ctx, a.System, a.Name, ec, brokers, raw, name, cl, ends, p, &r)
+				r.Note = "job in its own process"
+				if c.JobProc.CPUs != "" {
+					r.Note += " on cores " + c.JobProc.CPUs
+				}
+			case a.System == SysCopy:
 				took, err = runCopy(ctx, ec, brokers, raw, name, cl, ends, p)
-			case SysDedup:
+			case a.System == SysDedup:
 				took, err = runDedup(ctx, ec, brokers, raw, name, cl, ends, p, &r)
-			case SysProducerPerf:
+			case a.System == SysProducerPerf:
 				err = createTopics(ctx, cl, []string{name}, spec.Partitions, c.E2E.Replication)
 				if err == nil {
 					err = c.producerPerf(ctx, ec, brokers, name, int(truth.Records), int(inBytes/truth.Records), &r)
 				}
-			case SysConsumerPerf:
+			case a.System == SysConsumerPerf:
 				err = c.consumerPerf(ctx, brokers, prefix+"-raw-.*", name, int(truth.Records), &r)
 			default:
 				err = fmt.Errorf("unknown system %q", a.System)
@@ -160,8 +171,12 @@ func RunKafka(ctx context.Context, c KafkaCase, p *Progress) ([]Result, error) {
 			}
 			r.BrokerCPUSec = procsCPU(c.BrokerPIDs) - bcpu0
 			if took > 0 {
-				// The job ran in this process: its CPU is this process's.
+				// The job ran in this process (its CPU is this process's)
+				// or in a child of its own.
 				r.JobCPUSec = selfCPU() - cpu0
+				if childCPU > 0 {
+					r.JobCPUSec = childCPU
+				}
 				r.Seconds = took.Seconds()
 				r.RecordsPerSec = float64(truth.Records) / took.Seconds()
 				r.MBPerSec = float64(inBytes) / 1e6 / took.Seconds()
