@@ -202,6 +202,9 @@ func (j *Job) committedOffsets(ctx context.Context, group string, topics []strin
 // groupOffsets returns the job group's committed offsets of partitions
 // [0, n) of every stage input topic, with their metadata (where the
 // partition count is recorded); nil, nil when the group never committed.
+// A group coordinator that moves or is still loading (NOT_COORDINATOR,
+// COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS: a fresh or
+// restarted cluster) is asked again with backoff until ctx ends.
 func (j *Job) groupOffsets(ctx context.Context, n int) (map[string][]kafka.OffsetFetchPartition, error) {
 	req := &kafka.OffsetFetchRequest{GroupID: j.cfg.Job.ID, Topics: map[string][]int{}}
 	for _, t := range j.topics {
@@ -209,15 +212,25 @@ func (j *Job) groupOffsets(ctx context.Context, n int) (map[string][]kafka.Offse
 			req.Topics[t] = append(req.Topics[t], p)
 		}
 	}
-	res, err := j.client.OffsetFetch(ctx, req)
-	if err != nil {
-		return nil, fmt.Errorf("read committed offsets of group %q: %w", j.cfg.Job.ID, err)
-	}
-	if errors.Is(res.Error, kafka.GroupIdNotFound) {
-		return nil, nil // kfake's answer for a group that never committed
-	}
-	if res.Error != nil {
+	b := &backoff.Backoff{Base: j.opts.Backoff, Limit: j.opts.MaxBackoff}
+	for {
+		res, err := j.client.OffsetFetch(ctx, req)
+		if err != nil {
+			return nil, fmt.Errorf("read committed offsets of group %q: %w", j.cfg.Job.ID, err)
+		}
+		if errors.Is(res.Error, kafka.GroupIdNotFound) {
+			return nil, nil // kfake's answer for a group that never committed
+		}
+		switch {
+		case res.Error == nil:
+			return res.Topics, nil
+		case errors.Is(res.Error, kafka.NotCoordinatorForGroup), errors.Is(res.Error, kafka.GroupCoordinatorNotAvailable),
+			errors.Is(res.Error, kafka.GroupLoadInProgress):
+			j.log.Warn("reading the group's committed offsets: the group coordinator is moving or loading, retrying", "err", res.Error)
+			if b.Sleep(ctx) == nil {
+				continue
+			}
+		}
 		return nil, fmt.Errorf("read committed offsets of group %q: %w", j.cfg.Job.ID, res.Error)
 	}
-	return res.Topics, nil
 }
