@@ -324,6 +324,11 @@ func (d *decoder) appendRecords(b *Batch, raw []byte, attrs uint16, baseOffset, 
 	logAppend := attrs&attrLogAppendTime != 0
 	maxTime := int64(binary.BigEndian.Uint64(raw[batchMaxTime:]))
 
+	if free := cap(b.Records) - len(b.Records); free < int(count) {
+		// Room for the whole batch, at least doubling: append's growth
+		// of large slices (1.25x) would copy the records many times.
+		b.Records = slices.Grow(b.Records, max(int(count), cap(b.Records)))
+	}
 	c := cursor{b: data}
 	prev := baseOffset - 1
 	for i := int32(0); i < count; i++ {
@@ -399,7 +404,9 @@ func (d *decoder) decompress(b *Batch, codec compress.Compression, data []byte) 
 	buf := b.dbuf
 	for {
 		if len(buf) == cap(buf) {
-			buf = slices.Grow(buf, max(4*len(data), 64<<10))
+			// At least double: a fresh buffer reaches a 1 MiB fetch's
+			// inflated size (several MiB) in a few copies, not dozens.
+			buf = slices.Grow(buf, max(4*len(data), 64<<10, cap(buf)))
 		}
 		n, err := zr.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]

@@ -4,6 +4,7 @@ import (
 	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
+	"slices"
 )
 
 // fromFetched is the fetched record as a stage or a route step's keyer
@@ -18,7 +19,7 @@ func fromFetched(fr *fetch.Record) pipeline.Record {
 // convert points dst's records at a fetched batch (no copies) and returns
 // it; the stage's input.
 func convert(dst []pipeline.Record, b *fetch.Batch) []pipeline.Record {
-	dst = dst[:0]
+	dst = slices.Grow(dst[:0], len(b.Records)) // one allocation when the batch outgrew it
 	for i := range b.Records {
 		dst = append(dst, fromFetched(&b.Records[i]))
 	}

@@ -576,7 +576,7 @@ func (r *runner) decide(_ int, b *fetch.Batch, cycle *Stats) error {
 		}
 	}
 	r.arena.reset(b, nd)
-	r.emits, r.dlq = r.emits[:0], r.dlq[:0]
+	r.emits, r.dlq = slices.Grow(r.emits[:0], len(decs)-nd), slices.Grow(r.dlq[:0], nd)
 	for i, d := range decs {
 		switch d.Verdict {
 		case pipeline.Emit:
