@@ -20,7 +20,9 @@
 # once, again when the pom changes); data and logs live in .kafka/data/node-N.
 # Environment: KAFKA_HOME (default <repo>/.kafka), KAFKA_PORT_BASE (default
 # 29090: node N listens on base+N for clients, base+100+N for the quorum),
-# KAFKA_HEAP (default 512m).
+# KAFKA_HEAP (default 512m), KAFKA_PROPS (broker properties added at start, one
+# key=value per line or separated by spaces, overriding the defaults below; e.g.
+# "num.network.threads=1 num.io.threads=2" for a starved core).
 #
 # Netns mode (KAFKA_NET=netns at start; root, ip, taskset and go needed): the
 # brokers run in a network namespace "dsk<base>" behind a veth pair with
@@ -203,6 +205,12 @@ num.recovery.threads.per.data.dir=1
 background.threads=4
 log.cleaner.threads=1
 EOF
+	# Later keys win in a properties file: KAFKA_PROPS overrides the above.
+	local kv
+	for kv in ${KAFKA_PROPS:-}; do
+		[[ $kv == *=* ]] || die "KAFKA_PROPS: $kv is not key=value"
+		echo "$kv" >>"$data/node-$n/server.properties"
+	done
 }
 
 launch() {
