@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -153,28 +154,40 @@ func runChildJob(ctx context.Context, s childSpec, st *childStats) error {
 	return fmt.Errorf("no job child for system %q", s.System)
 }
 
-// run runs arm system (SysDedup or SysCopy) in a child process and
-// waits until it committed every input offset; it returns the time from
-// "ready" to then and the child's CPU seconds over that span.
-func (jp *JobProcess) run(ctx context.Context, system, label string, c E2ECase, brokers, raw []string, out string,
-	cl *kgo.Client, ends map[string][]int64, p *Progress, r *Result) (time.Duration, float64, error) {
+// jobChild is a running job process.
+type jobChild struct {
+	system string
+	cmd    *exec.Cmd
+	pid    int
+	dir    string
+	last   chan string // the child's last line of output, once its output ends
+	done   chan error  // an end of the child (before stop: a failure)
+	ended  bool
+}
+
+// start starts a child running system over raw into out and returns once
+// every partition of it is ready.
+func (jp *JobProcess) start(ctx context.Context, system, label string, rep int, c E2ECase, brokers, raw []string, out string) (*jobChild, error) {
 	dir, err := os.MkdirTemp(c.Dir, "dsbench-child-")
 	if err != nil {
-		return 0, 0, err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
+	fail := func(err error) (*jobChild, error) {
+		os.RemoveAll(dir)
+		return nil, err
+	}
 	s := childSpec{System: system, Case: c, Brokers: brokers, Raw: raw, Out: out}
 	s.Case.Dir = dir
 	if jp.CPUProfile != "" {
-		s.CPUProfile = fmt.Sprintf("%s-%s-%d.pprof", jp.CPUProfile, strings.ReplaceAll(label, " ", "_"), r.Rep)
+		s.CPUProfile = fmt.Sprintf("%s-%s-%d.pprof", jp.CPUProfile, strings.ReplaceAll(label, " ", "_"), rep)
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
-		return 0, 0, err
+		return fail(err)
 	}
 	spec := filepath.Join(dir, "child.json")
 	if err := os.WriteFile(spec, b, 0o644); err != nil {
-		return 0, 0, err
+		return fail(err)
 	}
 	args := []string{jp.Exe, "-" + ChildFlag, spec}
 	if jp.CPUs != "" {
@@ -184,12 +197,12 @@ func (jp *JobProcess) run(ctx context.Context, system, label string, c E2ECase, 
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return 0, 0, err
+		return fail(err)
 	}
 	if err := cmd.Start(); err != nil {
-		return 0, 0, err
+		return fail(err)
 	}
-	pid := cmd.Process.Pid
+	ch := &jobChild{system: system, cmd: cmd, pid: cmd.Process.Pid, dir: dir, last: make(chan string, 1), done: make(chan error, 1)}
 	lines := make(chan string, 4)
 	go func() {
 		sc := bufio.NewScanner(stdout)
@@ -199,50 +212,90 @@ func (jp *JobProcess) run(ctx context.Context, system, label string, c E2ECase, 
 		}
 		close(lines)
 	}()
-	done := make(chan error, 1)
-	kill := func() { cmd.Process.Kill(); cmd.Wait() }
-	// Ready, or the child's end.
 	for ready := false; !ready; {
 		select {
 		case l, ok := <-lines:
 			if !ok {
 				err := cmd.Wait()
-				return 0, 0, fmt.Errorf("%s child (pid %d) ended before it was ready: %v", system, pid, err)
+				os.RemoveAll(dir)
+				return nil, fmt.Errorf("%s child (pid %d) ended before it was ready: %v", system, ch.pid, err)
 			}
 			ready = l == childReady
 		case <-ctx.Done():
-			kill()
-			return 0, 0, ctx.Err()
+			ch.kill()
+			return nil, ctx.Err()
 		}
 	}
-	cpu0 := procsCPU([]int{pid})
-	start := time.Now()
 	// The child writes nothing more until it stops: its last line, when
-	// its output ends, is its stats; an end before SIGTERM is a failure.
-	last := make(chan string, 1)
+	// its output ends, is its stats; an end before stop is a failure.
 	go func() {
 		var l string
 		for x := range lines {
 			l = x
 		}
-		last <- l
-		done <- fmt.Errorf("the child stopped early: %s", l)
+		ch.last <- l
+		ch.done <- fmt.Errorf("the child stopped early: %s", l)
 	}()
-	if err := waitCommitted(ctx, cl, out, ends, done, p, label+" "+out, start); err != nil {
-		kill()
+	return ch, nil
+}
+
+// cpu is the child's user+system CPU seconds so far.
+func (ch *jobChild) cpu() float64 { return procsCPU([]int{ch.pid}) }
+
+// kill ends the child at once (on a failure); a stopped child is left.
+func (ch *jobChild) kill() {
+	if ch.ended {
+		return
+	}
+	ch.ended = true
+	ch.cmd.Process.Kill()
+	ch.cmd.Wait()
+	os.RemoveAll(ch.dir)
+}
+
+// stop ends the child as SIGTERM does and returns the stats it printed.
+func (ch *jobChild) stop() (childStats, error) {
+	var st childStats
+	if ch.ended {
+		return st, errors.New("the child was stopped already")
+	}
+	ch.ended = true
+	defer os.RemoveAll(ch.dir)
+	ch.cmd.Process.Signal(syscall.SIGTERM)
+	stats := <-ch.last
+	werr := ch.cmd.Wait()
+	if err := json.Unmarshal([]byte(stats), &st); err != nil {
+		return st, fmt.Errorf("%s child (pid %d): no stats line (%q): %v", ch.system, ch.pid, stats, werr)
+	}
+	if st.Err != "" || werr != nil {
+		return st, fmt.Errorf("%s child (pid %d): %s (%v)", ch.system, ch.pid, st.Err, werr)
+	}
+	if st.DeadLettered > 0 {
+		return st, fmt.Errorf("job dead-lettered %d records of a stream without poison records", st.DeadLettered)
+	}
+	return st, nil
+}
+
+// run runs arm system (SysDedup or SysCopy) in a child process and
+// waits until it committed every input offset; it returns the time from
+// "ready" to then and the child's CPU seconds over that span.
+func (jp *JobProcess) run(ctx context.Context, system, label string, c E2ECase, brokers, raw []string, out string,
+	cl *kgo.Client, ends map[string][]int64, p *Progress, r *Result) (time.Duration, float64, error) {
+	ch, err := jp.start(ctx, system, label, r.Rep, c, brokers, raw, out)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer ch.kill()
+	cpu0 := ch.cpu()
+	start := time.Now()
+	if err := waitCommitted(ctx, cl, out, ends, ch.done, p, label+" "+out, start); err != nil {
 		return 0, 0, err
 	}
 	took := time.Since(start)
-	cpu := procsCPU([]int{pid}) - cpu0
-	cmd.Process.Signal(syscall.SIGTERM)
-	stats := <-last
-	werr := cmd.Wait()
-	var st childStats
-	if err := json.Unmarshal([]byte(stats), &st); err != nil {
-		return 0, 0, fmt.Errorf("%s child (pid %d): no stats line (%q): %v", system, pid, stats, werr)
-	}
-	if st.Err != "" || werr != nil {
-		return 0, 0, fmt.Errorf("%s child (pid %d): %s (%v)", system, pid, st.Err, werr)
+	cpu := ch.cpu() - cpu0
+	st, err := ch.stop()
+	if err != nil {
+		return 0, 0, err
 	}
 	if system == SysDedup {
 		if st.In > 0 {
@@ -252,9 +305,6 @@ func (jp *JobProcess) run(ctx context.Context, system, label string, c E2ECase, 
 			r.BloomFPRate = float64(st.FalsePositives) / float64(n)
 		}
 		r.DiskBytesPerKey = float64(st.DiskBytes) / float64(c.Spec.KeysPerWindow)
-		if st.DeadLettered > 0 {
-			return 0, 0, fmt.Errorf("job dead-lettered %d records of a stream without poison records", st.DeadLettered)
-		}
 	}
 	return took, cpu, nil
 }

@@ -33,6 +33,9 @@ type LatencyCase struct {
 	// Drain bounds the wait for the last output records after the last
 	// produce (default 10 s plus 10 commit intervals).
 	Drain time.Duration
+	// JobProc, when set, runs the job in a process of its own (pinned to
+	// its cores), away from the producer and the reader.
+	JobProc *JobProcess
 }
 
 // Paced is what a latency run measured on top of Result.Latency.
@@ -114,11 +117,25 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 	if err := createTopics(ctx, env.cl, []string{out, out + "-dlq"}, spec.Partitions, c.E2E.Replication); err != nil {
 		return Result{}, err
 	}
-	rj, err := startDedup(ctx, c.E2E, env.brokers, env.raw, out)
-	if err != nil {
-		return Result{}, err
+	// The job, here or in a child; jobDone reports its end.
+	var jobDone chan error
+	var stopJob func() error
+	if c.JobProc != nil {
+		ch, err := c.JobProc.start(ctx, SysDedup, "latency", rep, c.E2E, env.brokers, env.raw, out)
+		if err != nil {
+			return Result{}, err
+		}
+		defer ch.kill()
+		jobDone = ch.done
+		stopJob = func() error { _, err := ch.stop(); return err }
+	} else {
+		rj, err := startDedup(ctx, c.E2E, env.brokers, env.raw, out)
+		if err != nil {
+			return Result{}, err
+		}
+		defer rj.stop()
+		jobDone = rj.done
 	}
-	defer rj.stop()
 	rd, err := kgo.NewClient(kgo.SeedBrokers(env.brokers...), kgo.ConsumeTopics(out),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchMaxWait(10*time.Millisecond))
@@ -161,8 +178,8 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 	deadline := time.Now().Add(c.Drain)
 	for outN.Load() < truth.New && time.Now().Before(deadline) && ctx.Err() == nil {
 		select {
-		case err := <-rj.done:
-			rj.done <- err // for the deferred stop
+		case err := <-jobDone:
+			jobDone <- err // for the deferred stop
 			return Result{}, fmt.Errorf("job stopped while the stream was produced: %v", err)
 		case <-time.After(5 * time.Millisecond):
 		}
@@ -171,6 +188,11 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 	readWG.Wait()
 	if err := ctx.Err(); err != nil {
 		return Result{}, err
+	}
+	if stopJob != nil {
+		if err := stopJob(); err != nil {
+			return Result{}, err
+		}
 	}
 	achieved := float64(c.E2E.Records) / max(last.Sub(first).Seconds(), 1e-9)
 	bound := 2*c.E2E.Interval + 50*time.Millisecond

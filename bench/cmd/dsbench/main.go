@@ -105,8 +105,8 @@ func run(args []string) int {
 	latRate := fs.Float64("rate", 0, "latency: input records/s produced while the job runs (0: -rate-frac of the maximum)")
 	latFrac := fs.Float64("rate-frac", 0.5, "latency: without -rate, this share of the job's records/s measured first by e2e in the same run")
 	latFor := fs.Duration("latency-duration", 20*time.Second, "latency: how long the paced input lasts (records = rate x duration)")
-	jobProc := fs.Bool("job-process", false, "kafka: run dedupstream and the copy job each in a process of its own (dsbench itself), so job CPU is the job's alone")
-	jobCPUs := fs.String("job-cpus", "", "kafka, with -job-process: pin the job's process to these cores (taskset -c list)")
+	jobProc := fs.Bool("job-process", false, "kafka, latency: run dedupstream and the copy job each in a process of its own (dsbench itself), so job CPU is the job's alone and the job has its cores to itself")
+	jobCPUs := fs.String("job-cpus", "", "kafka, latency, with -job-process: pin the job's process to these cores (taskset -c list)")
 	jobProfile := fs.String("job-cpuprofile", "", "kafka, with -job-process: each job process writes a CPU profile of its timed span to PREFIX-ARM-REP.pprof")
 	child := fs.String(harness.ChildFlag, "", "internal: run as the job process of -job-process, from this spec file")
 	render := fs.String("render", "", "measure nothing: merge these results.json files (comma list) and write the JSON, tables and plot into -out")
@@ -167,19 +167,21 @@ func run(args []string) int {
 	if err != nil {
 		return usage(fmt.Errorf("-produce-batch-bytes: %v", err))
 	}
+	var jp *harness.JobProcess
+	if *jobProc {
+		exe, err := os.Executable()
+		if err != nil {
+			return usage(fmt.Errorf("-job-process: %v", err))
+		}
+		jp = &harness.JobProcess{Exe: exe, CPUs: *jobCPUs, CPUProfile: *jobProfile}
+	}
 	var kc harness.KafkaCase
 	if slices.Contains(modeList, "kafka") {
 		if kc, err = kafkaCase(*routes, *setupRoute, *arms, *brokerPIDs); err != nil {
 			return usage(err)
 		}
 		kc.KafkaLib = *kafkaLib
-		if *jobProc {
-			exe, err := os.Executable()
-			if err != nil {
-				return usage(fmt.Errorf("-job-process: %v", err))
-			}
-			kc.JobProc = &harness.JobProcess{Exe: exe, CPUs: *jobCPUs, CPUProfile: *jobProfile}
-		}
+		kc.JobProc = jp
 	}
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, "dsbench:", err)
@@ -334,7 +336,7 @@ func run(args []string) int {
 				return fail(err)
 			}
 		case "latency":
-			c := harness.LatencyCase{Rate: *latRate}
+			c := harness.LatencyCase{Rate: *latRate, JobProc: jp}
 			if c.Rate <= 0 {
 				maxRate, ok := harness.MedianRate(runInfo.Results, harness.SysDedup, harness.CaseE2EEmbedded, harness.CaseE2EExternal)
 				if !ok {
