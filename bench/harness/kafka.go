@@ -148,9 +148,9 @@ func RunKafka(ctx context.Context, c KafkaCase, p *Progress) ([]Result, error) {
 			switch {
 			case c.JobProc != nil && (a.System == SysCopy || a.System == SysDedup):
 				took, childCPU, err = c.JobProc.run(ctx, a.System, a.Name, ec, brokers, raw, name, cl, ends, p, &r)
-				r.Note = "job in its own process"
+				r.JobProcess = "own process"
 				if c.JobProc.CPUs != "" {
-					r.Note += " on cores " + c.JobProc.CPUs
+					r.JobProcess += " on cores " + c.JobProc.CPUs
 				}
 			case a.System == SysCopy:
 				took, err = runCopy(ctx, ec, brokers, raw, name, cl, ends, p)
@@ -174,7 +174,7 @@ func RunKafka(ctx context.Context, c KafkaCase, p *Progress) ([]Result, error) {
 				// The job ran in this process (its CPU is this process's)
 				// or in a child of its own.
 				r.JobCPUSec = selfCPU() - cpu0
-				if childCPU > 0 {
+				if r.JobProcess != "" {
 					r.JobCPUSec = childCPU
 				}
 				r.Seconds = took.Seconds()

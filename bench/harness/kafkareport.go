@@ -6,7 +6,6 @@ import (
 	"github.com/dedupstream/dedupstream/config"
 	"io"
 	"slices"
-	"strings"
 )
 
 // KafkaRatio is a same-run ratio of two arms of a real-cluster run: the
@@ -168,8 +167,8 @@ func KafkaTargets(results []Result) []Target {
 		for _, x := range results {
 			if x.Case == CaseKafka && x.System == r.System && x.CPUUsPerRecord > 0 {
 				us = append(us, x.CPUUsPerRecord)
-				if strings.HasPrefix(x.Note, "job in its own process") {
-					where = x.Note
+				if x.JobProcess != "" {
+					where = "the job's " + x.JobProcess
 				}
 			}
 		}

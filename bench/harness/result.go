@@ -116,6 +116,9 @@ type Result struct {
 	JobCPUSec      float64 `json:"job_cpu_s,omitempty"`
 	BrokerCPUSec   float64 `json:"broker_cpu_s,omitempty"`
 	CPUUsPerRecord float64 `json:"cpu_us_per_record,omitempty"`
+	// JobProcess says where a job ran when not inside the harness: "own
+	// process" or "own process on cores N" (see JobProcess).
+	JobProcess string `json:"job_process,omitempty"`
 	// Correctness against the ground truth of the stream. A result with
 	// anything escaped, lost or foreign is not Valid.
 	Correct workload.Verdict `json:"correctness"`
