@@ -1,10 +1,11 @@
 package job
 
 import (
+	"slices"
+
 	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
-	"slices"
 )
 
 // fromFetched is the fetched record as a stage or a route step's keyer
