@@ -99,6 +99,10 @@ type Options struct {
 	// tune, when set, adjusts the Pebble options after the store has set its
 	// own. It exists for the option measurements in the benchmarks.
 	tune func(*pebble.Options)
+
+	// merge, when set, replaces the merge policy (defaultMergePolicy), for
+	// the merge measurements in the benchmarks.
+	merge mergePolicy
 }
 
 func (o *Options) applyDefaults() {

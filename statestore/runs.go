@@ -15,12 +15,19 @@ import (
 	"github.com/dedupstream/dedupstream/partition"
 )
 
-// run is one sorted run of a generation: an sstable the store wrote and
+// run is one sorted run of a generation: the sstables the store wrote and
 // ingested under the key prefix 0x01+gen+id.
+//
+// lo and hi are the ids of the oldest and newest leaf runs (runs a flush or
+// a bulk load wrote from memory) whose keys it holds: a leaf has lo = hi =
+// id, a merged run the smallest lo and largest hi of its sources. A run
+// whose hi is below a Mark's NextRun holds only keys committed before that
+// Mark, whatever its own id (ScanSince skips it).
 type run struct {
 	gen, id uint64
 	keys    uint64
 	bytes   uint64
+	lo, hi  uint64
 }
 
 // runSet is the registry of live runs. It is immutable once published:
@@ -86,8 +93,15 @@ func cmpU64(a, b uint64) int {
 }
 
 // Registry encoding: version byte, uvarint next id, uvarint count, then per
-// run uvarint gen, id, keys, bytes.
-const runsEncoding = 1
+// run uvarint gen, id, keys, bytes, and from encoding 2 on id-lo and id-hi
+// (the run's leaf range, see run). A registry of encoding 1 (before leaf
+// ranges) reads with lo 0 and hi = id: each of its runs counts as possibly
+// holding keys of any leaf up to its own id, which is what ScanSince assumed
+// of every run then.
+const (
+	runsEncoding   = 2
+	runsEncodingV1 = 1
+)
 
 func (rs *runSet) encode() []byte {
 	b := []byte{runsEncoding}
@@ -108,6 +122,8 @@ func (rs *runSet) encode() []byte {
 			b = binary.AppendUvarint(b, r.id)
 			b = binary.AppendUvarint(b, r.keys)
 			b = binary.AppendUvarint(b, r.bytes)
+			b = binary.AppendUvarint(b, r.id-r.lo)
+			b = binary.AppendUvarint(b, r.id-r.hi)
 		}
 	}
 	return b
@@ -117,9 +133,10 @@ var errCorruptRuns = errors.New("statestore: corrupt run registry")
 
 func decodeRuns(v []byte) (*runSet, error) {
 	rs := &runSet{gens: map[uint64][]run{}}
-	if len(v) < 1 || v[0] != runsEncoding {
+	if len(v) < 1 || (v[0] != runsEncoding && v[0] != runsEncodingV1) {
 		return nil, errCorruptRuns
 	}
+	ranges := v[0] >= 2
 	v = v[1:]
 	bad := false
 	next := func() uint64 {
@@ -135,6 +152,15 @@ func decodeRuns(v []byte) (*runSet, error) {
 	n := next()
 	for i := uint64(0); i < n && !bad; i++ {
 		r := run{gen: next(), id: next(), keys: next(), bytes: next()}
+		r.hi = r.id
+		if ranges {
+			dlo, dhi := next(), next()
+			if dlo > r.id || dhi > dlo {
+				bad = true
+				break
+			}
+			r.lo, r.hi = r.id-dlo, r.id-dhi
+		}
 		rs.add(r)
 	}
 	if bad || len(v) != 0 {
@@ -147,46 +173,74 @@ func decodeRuns(v []byte) (*runSet, error) {
 // them into its own directory. Leftovers of a crash are removed at Open.
 const ingestDir = "ingest"
 
-// runWriter writes the sorted keys of one run into an sstable.
+// runWriter writes the sorted keys of one run into sstables: one, or (for
+// a merge under a split policy) several of at most mergePolicy.splitKeys
+// keys each, consecutive in key order.
 type runWriter struct {
-	s    *Store
-	path string
-	w    *sstable.Writer
-	r    run
-	key  [bucketKeyLen]byte
-	val  [maxValueLen]byte
+	s      *Store
+	paths  []string
+	w      *sstable.Writer
+	inFile uint64 // keys in w
+	split  uint64 // keys per sstable (0: one sstable)
+	r      run
+	key    [bucketKeyLen]byte
+	val    [maxValueLen]byte
 }
 
+// newRunWriter starts leaf run id of gen; mergeRuns sets its leaf range.
 func (s *Store) newRunWriter(gen, id uint64) (*runWriter, error) {
-	fs := s.opts.FS
-	path := fs.PathJoin(s.dir, ingestDir, fmt.Sprintf("%06d.sst", id))
+	rw := &runWriter{s: s, r: run{gen: gen, id: id, lo: id, hi: id}}
+	return rw, rw.next()
+}
+
+// next closes the current sstable, if any, and starts the next one.
+func (rw *runWriter) next() error {
+	if rw.w != nil {
+		if err := rw.w.Close(); err != nil {
+			return fmt.Errorf("write run %d: %w", rw.r.id, err)
+		}
+		rw.w = nil
+	}
+	fs := rw.s.opts.FS
+	path := fs.PathJoin(rw.s.dir, ingestDir, fmt.Sprintf("%06d-%03d.sst", rw.r.id, len(rw.paths)))
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
-		return nil, fmt.Errorf("create run %d: %w", id, err)
+		return fmt.Errorf("create run %d: %w", rw.r.id, err)
 	}
-	wo := s.po.MakeWriterOptions(6, s.db.TableFormat())
-	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
-	return &runWriter{s: s, path: path, w: w, r: run{gen: gen, id: id}}, nil
+	rw.paths = append(rw.paths, path)
+	wo := rw.s.po.MakeWriterOptions(6, rw.s.db.TableFormat())
+	rw.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
+	rw.inFile = 0
+	return nil
 }
 
 // add appends h; keys must come in ascending hash order without repeats.
 func (rw *runWriter) add(h partition.Hash, version uint64) error {
+	if rw.split > 0 && rw.inFile >= rw.split {
+		if err := rw.next(); err != nil {
+			return err
+		}
+	}
 	putRunKey(rw.key[:], rw.r.gen, rw.r.id, h)
 	var v []byte
 	if rw.s.opts.VersionMode {
 		v = rw.val[:binary.PutUvarint(rw.val[:], version)]
 	}
 	rw.r.keys++
+	rw.inFile++
 	return rw.w.Set(rw.key[:], v)
 }
 
-// finish closes (and syncs) the sstable and returns the run it holds.
+// finish closes (and syncs) the sstables and returns the run they hold.
 func (rw *runWriter) finish() (run, error) {
 	if err := rw.w.Close(); err != nil {
 		return run{}, fmt.Errorf("write run %d: %w", rw.r.id, err)
 	}
-	if fi, err := rw.s.opts.FS.Stat(rw.path); err == nil {
-		rw.r.bytes = uint64(fi.Size())
+	rw.w = nil
+	for _, p := range rw.paths {
+		if fi, err := rw.s.opts.FS.Stat(p); err == nil {
+			rw.r.bytes += uint64(fi.Size())
+		}
 	}
 	return rw.r, nil
 }
@@ -267,7 +321,7 @@ func (s *Store) flushMem(job *flushJob) error {
 				return err
 			}
 			written = append(written, r)
-			paths = append(paths, rw.path)
+			paths = append(paths, rw.paths...)
 		}
 		start = end
 	}
@@ -329,40 +383,90 @@ func (s *Store) flushMem(job *flushJob) error {
 	return nil
 }
 
-// mergeFanout is how many runs of one size tier a generation collects before
-// they are merged into one run of the next tier: every key is rewritten
-// about log4(generation size / run size) times, and a generation holds at
-// most 3 runs per tier.
-const mergeFanout = 4
+// mergePolicy says which runs of a generation the flusher merges.
+type mergePolicy struct {
+	// fanout is how many runs of one size tier a generation collects
+	// before they are merged into one run of the next tier: every key is
+	// rewritten about log_fanout(generation size / index size) times, and a
+	// generation holds at most fanout-1 runs per tier.
+	fanout int
+	// maxKeys: runs of at least this many keys are not merged again (0: no
+	// cap). A cap bounds the rewrites per key at the cost of more runs a
+	// read of the generation may probe.
+	maxKeys uint64
+	// splitKeys: a merged run is written as sstables of at most this many
+	// keys (0: one sstable), which bounds each sstable's filter block and
+	// the filter writer's memory.
+	splitKeys uint64
+}
+
+// defaultMergePolicy is what a store uses unless Options.merge says
+// otherwise; see "Merges" in the package documentation for the
+// measurements behind it.
+var defaultMergePolicy = mergePolicy{fanout: 4}
+
+func (p mergePolicy) withDefaults() mergePolicy {
+	if p.fanout < 2 {
+		p.fanout = defaultMergePolicy.fanout
+	}
+	return p
+}
 
 // tier is the size class of a run of n keys: 0 up to baseKeys, then one per
-// factor of mergeFanout.
-func tier(n, baseKeys uint64) int {
+// factor of fanout.
+func (p mergePolicy) tier(n, baseKeys uint64) int {
 	t := 0
-	for lim := baseKeys; n > lim && t < 32; lim *= mergeFanout {
+	for lim := baseKeys; n > lim && t < 32; lim *= uint64(p.fanout) {
 		t++
 	}
 	return t
 }
 
-// mergeTiers merges, in every generation, the newest mergeFanout runs while
-// they are of one tier.
+// side says where run r lies against the merge barrier b: 0 if it holds
+// only leaves made before b, 1 if only leaves made since, 2 if both (runs
+// merged before the barrier moved, or read from an encoding-1 registry).
+func side(r run, b uint64) int {
+	switch {
+	case r.hi < b:
+		return 0
+	case r.lo >= b:
+		return 1
+	}
+	return 2
+}
+
+// pickMerge returns the runs of one generation to merge next, or nil: the
+// newest window of fanout consecutive runs (newest first, so their leaves
+// are contiguous) of one tier, below the cap, on one side of the barrier.
+// Keeping the sides apart means a run made since the last Mark never holds
+// keys of runs made before it, so ScanSince after that Mark reads only the
+// keys written since (see Store.Mark).
+func (p mergePolicy) pickMerge(runs []run, baseKeys, barrier uint64) []run {
+	n := p.fanout
+	for i := 0; i+n <= len(runs); i++ {
+		w := runs[i : i+n]
+		t, sd := p.tier(w[0].keys, baseKeys), side(w[0], barrier)
+		ok := p.maxKeys == 0 || w[0].keys < p.maxKeys
+		for _, r := range w[1:] {
+			ok = ok && p.tier(r.keys, baseKeys) == t && side(r, barrier) == sd &&
+				(p.maxKeys == 0 || r.keys < p.maxKeys)
+		}
+		if ok {
+			return w
+		}
+	}
+	return nil
+}
+
+// mergeTiers merges, in every generation, windows of runs pickMerge names
+// until there is none.
 func (s *Store) mergeTiers() error {
 	for {
 		rs := s.runs.Load()
+		barrier := s.barrier.Load()
 		var pick []run
 		for _, runs := range rs.gens {
-			if len(runs) < mergeFanout {
-				continue
-			}
-			newest := runs[:mergeFanout]
-			t := tier(newest[0].keys, s.memKeys)
-			same := true
-			for _, r := range newest[1:] {
-				same = same && tier(r.keys, s.memKeys) == t
-			}
-			if same {
-				pick = newest
+			if pick = s.merge.pickMerge(runs, s.memKeys, barrier); pick != nil {
 				break
 			}
 		}
@@ -388,6 +492,11 @@ func (s *Store) mergeRuns(runs []run) error {
 	if err != nil {
 		return err
 	}
+	rw.split = s.merge.splitKeys
+	rw.r.lo, rw.r.hi = runs[0].lo, runs[0].hi
+	for _, r := range runs[1:] {
+		rw.r.lo, rw.r.hi = min(rw.r.lo, r.lo), max(rw.r.hi, r.hi)
+	}
 	srcs := make([]*runCursor, 0, len(runs))
 	defer func() {
 		for _, c := range srcs {
@@ -409,10 +518,13 @@ func (s *Store) mergeRuns(runs []run) error {
 	if err != nil {
 		return err
 	}
-	if err := s.db.Ingest(context.Background(), []string{rw.path}); err != nil {
+	s.mergedKeys += r.keys
+	if err := s.db.Ingest(context.Background(), rw.paths); err != nil {
 		return fmt.Errorf("ingest merged run: %w", err)
 	}
-	_ = s.opts.FS.Remove(rw.path)
+	for _, p := range rw.paths {
+		_ = s.opts.FS.Remove(p)
+	}
 	ids := make([]uint64, len(runs))
 	for i, in := range runs {
 		ids[i] = in.id

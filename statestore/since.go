@@ -22,7 +22,24 @@ func (s *Store) Mark() Mark {
 	s.mu.Lock()
 	seq := s.state.Seq
 	s.mu.Unlock()
-	return Mark{Seq: seq, NextRun: s.runs.Load().next}
+	next := s.runs.Load().next
+	s.raiseBarrier(next)
+	return Mark{Seq: seq, NextRun: next}
+}
+
+// raiseBarrier moves the merge barrier up to next (never down). From then
+// on the flusher merges runs made before next only with each other, and
+// runs made since only with each other (mergePolicy.pickMerge), so a
+// ScanSince from this Mark reads the runs made since and none of the keys
+// before. Open starts the barrier at the registry's next id, which is at
+// least the NextRun of any Mark saved before the restart.
+func (s *Store) raiseBarrier(next uint64) {
+	for {
+		b := s.barrier.Load()
+		if next <= b || s.barrier.CompareAndSwap(b, next) {
+			return
+		}
+	}
 }
 
 // ScanSince calls fn for every key the store holds in a live generation
@@ -64,8 +81,10 @@ func (s *Store) ScanSince(m Mark, fn func(gen uint64, h partition.Hash) error) (
 			continue
 		}
 		for _, r := range runs {
-			if r.id < m.NextRun {
-				break // newest first: the rest are older still
+			if r.hi < m.NextRun {
+				// Every leaf it holds was written before the Mark: so
+				// were its keys, even if the run itself was merged since.
+				continue
 			}
 			c, err := s.openRunCursor(r, s.read)
 			if err != nil {

@@ -57,6 +57,13 @@ type Store struct {
 	getRd   Reader
 	spare   atomic.Pointer[memIndex] // a flushed index no Reader holds, for reuse
 	memKeys uint64                   // keys a memIndex collects before it becomes a run
+	merge   mergePolicy              // which runs the flusher merges
+	// barrier is the merge barrier (see Mark): no merge mixes runs made
+	// before it with runs made since.
+	barrier atomic.Uint64
+	// mergedKeys counts the keys merges wrote (worker only; benchmarks
+	// read it once the worker is idle).
+	mergedKeys uint64
 
 	closed atomic.Bool
 
@@ -134,6 +141,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		dir:     dir,
 		fatal:   fatal,
 		memKeys: opts.memKeys(),
+		merge:   opts.merge.withDefaults(),
 		w:       w,
 	}
 	s.startReads()
@@ -260,6 +268,9 @@ func (s *Store) load() (err error) {
 		}
 	}
 	s.runs.Store(rs)
+	// A Mark saved before this Open has a NextRun of at most rs.next: runs
+	// made from now on are not merged with older ones until the next Mark.
+	s.barrier.Store(rs.next)
 	if !s.opts.ReadOnly {
 		if err := s.removeOrphans(rs); err != nil {
 			return err

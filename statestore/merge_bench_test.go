@@ -1,0 +1,138 @@
+package statestore
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/dedupstream/dedupstream/partition"
+)
+
+// BenchmarkMergePolicy compares merge policies on one scaled-down shape of
+// the 100M-key sweep: MERGE_KEYS keys (default 4M) in 10k-key commits over
+// 4 generations, 2 MiB indexes (43.7k keys per leaf run, so a generation
+// is ~23 leaves; the sweep's 100M keys in 64 MiB indexes is ~18) and a
+// 16 MiB block cache (the sweep's cache holds about a tenth of its data;
+// this one about an eighth). Per variant it reports:
+//
+//   - cpu-us/key: process CPU per key over the fill, flushes and merges
+//     included (the fill ends with the store settled), and last-cpu-us/key
+//     over its last tenth;
+//   - rewrites/key: keys written by merges per key stored;
+//   - runs: the runs the store holds at the end;
+//   - confirm-cpu-ns / miss-cpu-ns: CPU per Reader.Lookup of a present key
+//     of a random generation, and of an absent one (a Bloom false positive
+//     of the front), one Reader refreshed per 2000 reads as the stage does.
+//
+// Variants (MERGE_VARIANTS=name,... selects): fanout 4 (the default), 8 and
+// 16; fanout 4 with merged runs capped at 16 leaves' worth ("cap16"); fanout
+// 4 with merged runs written as sstables of at most 4 leaves' worth
+// ("split4"). Run them interleaved with -count:
+//
+//	go test ./statestore/ -run '^$' -bench MergePolicy -benchtime 1x -count 3
+func BenchmarkMergePolicy(b *testing.B) {
+	n := 4_000_000
+	if v := os.Getenv("MERGE_KEYS"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	const memTable = 2 << 20
+	base := (&Options{MemTableSize: memTable}).memKeys()
+	variants := []struct {
+		name string
+		p    mergePolicy
+	}{
+		{"fanout4", mergePolicy{fanout: 4}},
+		{"fanout8", mergePolicy{fanout: 8}},
+		{"fanout16", mergePolicy{fanout: 16}},
+		{"cap16", mergePolicy{fanout: 4, maxKeys: 16 * base}},
+		{"split4", mergePolicy{fanout: 4, splitKeys: 4 * base}},
+	}
+	if v := os.Getenv("MERGE_VARIANTS"); v != "" {
+		keep := variants[:0]
+		for _, vr := range variants {
+			for _, name := range splitComma(v) {
+				if vr.name == name {
+					keep = append(keep, vr)
+				}
+			}
+		}
+		variants = keep
+	}
+	for _, vr := range variants {
+		b.Run(fmt.Sprintf("keys=%s/%s", countName(n), vr.name), func(b *testing.B) {
+			for b.Loop() {
+				s := benchOpen(b, Options{MemTableSize: memTable, CacheSize: 16 << 20, merge: vr.p})
+				mergeFill(b, s, n, 4)
+			}
+		})
+	}
+}
+
+func mergeFill(b *testing.B, s *Store, n, gens int) {
+	l := &runsLayout{s: s}
+	defer func() { _ = l.rd.Close() }()
+	const commitKeys = 10_000
+	perGen := (n + gens - 1) / gens
+	hs := make([]partition.Hash, commitKeys)
+	runtime.GC()
+	cpu := cpuTime()
+	var lastCPU time.Duration
+	for i := 0; i < n; i += commitKeys {
+		if i >= n-n/10 && lastCPU == 0 {
+			lastCPU = cpuTime()
+		}
+		for j := range hs {
+			hs[j] = keyOf(1, uint64(i+j))
+		}
+		if err := l.commit(uint64(i/perGen), hs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := l.settle(); err != nil {
+		b.Fatal(err)
+	}
+	end := cpuTime()
+	b.ReportMetric(float64((end-cpu).Nanoseconds())/1e3/float64(n), "cpu-us/key")
+	b.ReportMetric(float64((end-lastCPU).Nanoseconds())/1e3/float64(n/10), "last-cpu-us/key")
+	b.ReportMetric(float64(s.mergedKeys)/float64(n), "rewrites/key")
+	runs := 0
+	for _, rs := range s.runs.Load().gens {
+		runs += len(rs)
+	}
+	b.ReportMetric(float64(runs), "runs")
+
+	const reads, perReader = 20_000, 2000
+	rng := rand.New(rand.NewPCG(1, 2))
+	probe := func(absent bool) time.Duration {
+		start := cpuTime()
+		for i := 0; i < reads; i++ {
+			if i%perReader == 0 {
+				if err := l.openReader(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			j := rng.Uint64N(uint64(n))
+			h := keyOf(1, j)
+			if absent {
+				h = keyOf(99, j)
+			}
+			found, err := l.lookup(j/uint64(perGen), h)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if found == absent {
+				b.Fatalf("key %d: found %t", j, found)
+			}
+		}
+		return (cpuTime() - start) / reads
+	}
+	b.ReportMetric(float64(probe(false).Nanoseconds()), "confirm-cpu-ns")
+	b.ReportMetric(float64(probe(true).Nanoseconds()), "miss-cpu-ns")
+}
