@@ -34,7 +34,7 @@ type run struct {
 // changes make a new one (copy on write), so readers hold it without locks.
 type runSet struct {
 	next uint64           // the id the next run gets
-	gens map[uint64][]run // per generation, newest (highest id) first
+	gens map[uint64][]run // per generation, newest first (see add)
 }
 
 func (rs *runSet) of(gen uint64) []run {
@@ -52,9 +52,22 @@ func (rs *runSet) clone() *runSet {
 	return c
 }
 
+// add inserts r in its generation's list, which is ordered newest first by
+// content: by the newest leaf a run holds (hi), then by id. The leaves of
+// one generation's runs are disjoint, consecutive ranges (a merge takes
+// consecutive runs of this order), so this is the order in which their
+// keys were committed, and of a key in several runs (version mode) the
+// first holds its newest version. A run's own id does not say that: a
+// merge of older runs gets a higher id than newer leaves left beside it.
+// (Encoding-1 runs have hi = id: the order they had then.)
 func (rs *runSet) add(r run) {
 	runs := append(rs.gens[r.gen], r)
-	slices.SortFunc(runs, func(a, b run) int { return -cmpU64(a.id, b.id) })
+	slices.SortFunc(runs, func(a, b run) int {
+		if c := cmpU64(a.hi, b.hi); c != 0 {
+			return -c
+		}
+		return -cmpU64(a.id, b.id)
+	})
 	rs.gens[r.gen] = runs
 }
 

@@ -212,7 +212,7 @@ func TestScanSinceBarrier(t *testing.T) {
 		// after m holding only keys from before it.
 		since := sinceChunks(t, s, 1, 4, 1)
 		rs := s.runs.Load().of(1)
-		if len(rs) != 2 || rs[0].id < m.NextRun || rs[0].hi >= m.NextRun {
+		if len(rs) != 2 || rs[1].id < m.NextRun || rs[1].hi >= m.NextRun || rs[0].lo < m.NextRun {
 			t.Fatalf("runs %+v: want a run merged since the mark from older leaves, and the new leaf", rs)
 		}
 		scanSinceBounded(t, s, m, since)
@@ -248,7 +248,7 @@ func TestDecodeRunsEncoding1(t *testing.T) {
 		t.Fatalf("decoded next %d runs %+v, want 9 %+v", rs.next, rs.of(3), want)
 	}
 	// Encoding 2 round-trips the leaf ranges.
-	rs.gens[3][0].lo, rs.gens[3][0].hi = 5, 6
+	rs.gens[3][0].lo, rs.gens[3][0].hi = 8, 8
 	back, err := decodeRuns(rs.encode())
 	if err != nil {
 		t.Fatal(err)
