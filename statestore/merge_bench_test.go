@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"testing"
 	"time"
@@ -31,9 +32,12 @@ import (
 // Variants (MERGE_VARIANTS=name,... selects): fanout 4 (the default), 8 and
 // 16; fanout 4 with merged runs capped at 16 leaves' worth ("cap16"); fanout
 // 4 with merged runs written as sstables of at most 4 leaves' worth
-// ("split4"). Run them interleaved with -count:
+// ("split4"), and fanout 8 so ("fanout8-split4"). Run them interleaved,
+// one process per variant and round (-count repeats each variant in a row):
 //
-//	go test ./statestore/ -run '^$' -bench MergePolicy -benchtime 1x -count 3
+//	for r in 1 2 3; do for v in fanout4 fanout8; do
+//	  MERGE_VARIANTS=$v go test ./statestore/ -run '^$' -bench MergePolicy -benchtime 1x
+//	done; done
 func BenchmarkMergePolicy(b *testing.B) {
 	n := 4_000_000
 	if v := os.Getenv("MERGE_KEYS"); v != "" {
@@ -53,6 +57,7 @@ func BenchmarkMergePolicy(b *testing.B) {
 		{"fanout16", mergePolicy{fanout: 16}},
 		{"cap16", mergePolicy{fanout: 4, maxKeys: 16 * base}},
 		{"split4", mergePolicy{fanout: 4, splitKeys: 4 * base}},
+		{"fanout8-split4", mergePolicy{fanout: 8, splitKeys: 4 * base}},
 	}
 	if v := os.Getenv("MERGE_VARIANTS"); v != "" {
 		keep := variants[:0]
@@ -107,11 +112,30 @@ func mergeFill(b *testing.B, s *Store, n, gens int) {
 		runs += len(rs)
 	}
 	b.ReportMetric(float64(runs), "runs")
+	// Pebble's own compactions (layout 2 means to leave it nothing to
+	// compact), and quiet before the reads so that their CPU is theirs.
+	time.Sleep(100 * time.Millisecond)
+	for s.db.Metrics().Compact.NumInProgress > 0 {
+		time.Sleep(20 * time.Millisecond)
+	}
+	var compacted uint64
+	for _, lv := range s.db.Metrics().Levels {
+		compacted += lv.TableBytesCompacted
+	}
+	b.ReportMetric(float64(compacted)/float64(n), "compacted-B/key")
+	runtime.GC()
 
 	const reads, perReader = 20_000, 2000
 	rng := rand.New(rand.NewPCG(1, 2))
 	probe := func(absent bool) time.Duration {
-		start := cpuTime()
+		start, wall := cpuTime(), time.Now()
+		defer func() {
+			name := "confirm-wall-ns"
+			if absent {
+				name = "miss-wall-ns"
+			}
+			b.ReportMetric(float64(time.Since(wall).Nanoseconds()/reads), name)
+		}()
 		for i := 0; i < reads; i++ {
 			if i%perReader == 0 {
 				if err := l.openReader(); err != nil {
@@ -132,6 +156,20 @@ func mergeFill(b *testing.B, s *Store, n, gens int) {
 			}
 		}
 		return (cpuTime() - start) / reads
+	}
+	// MERGE_READPROF=file profiles the reads alone.
+	if f := os.Getenv("MERGE_READPROF"); f != "" {
+		out, err := os.Create(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(out); err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			_ = out.Close()
+		}()
 	}
 	b.ReportMetric(float64(probe(false).Nanoseconds()), "confirm-cpu-ns")
 	b.ReportMetric(float64(probe(true).Nanoseconds()), "miss-cpu-ns")
