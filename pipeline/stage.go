@@ -282,10 +282,11 @@ func (s *Stage) SaveSnapshot() error {
 // snapshot as it is, and starting from it after later commits could miss
 // keys they wrote into the older generation.
 func (s *Stage) writeSnapshot() error {
-	m := s.store.Mark()
 	if s.cur != s.store.State().Generation {
 		return nil
 	}
+	// Only a Mark that is saved: each one moves the store's merge barrier.
+	m := s.store.Mark()
 	s.filter.SetTag(m.Seq)
 	s.filter.SetMark(m.NextRun)
 	if err := filter.SaveFile(filepath.Join(s.dir, SnapshotFile), s.filter); err != nil {

@@ -31,12 +31,23 @@
 // a store refuses to open in the other mode) and the run registry (every
 // live run: generation, id, keys, bytes; and the next id).
 //
-// Runs of one generation are merged size-tiered: when the newest four runs
-// of a generation are of one size tier (up to 1x, 4x, 16x, ... the index's
-// size) the flusher merges them into one. A key is thus rewritten about
-// log4(generation size / index size) times, and a generation has at most
-// three runs per tier: at 100M keys in 4 generations and 64 MiB, at most
-// about 8 runs. Merges never cross generations.
+// Runs of one generation are merged size-tiered: when eight consecutive
+// runs of a generation (newest first) are of one size tier (up to 1x, 8x,
+// 64x, ... the index's size) and on one side of the merge barrier (below),
+// the flusher merges them into one. A key is thus rewritten about
+// log8(generation size / index size) times: once at 100M keys in 4
+// generations and 64 MiB indexes, where a fanout of 4 rewrote most keys
+// twice; a generation then holds at most about 9 runs. Merges never cross
+// generations. A merge's inputs leave Pebble at once (DB.Excise, after the
+// registry without them is synced) rather than through range deletions
+// that Pebble's compactions carry down to the runs. See "Merges".
+//
+// The registry records for every run the range of leaf runs (runs a flush
+// or bulk load wrote from memory) whose keys it holds (registry encoding
+// 2; a registry of encoding 1 still opens, its runs counting as holding
+// every leaf up to their own id). A generation's runs are ordered by their
+// newest leaf, which is the order their keys were committed in: of a key in
+// several runs (version mode) the first holds its newest version.
 //
 // A store of layout 1 (one key per hash written through the memtable,
 // before this layout) is refused with an error that names its directory:
@@ -119,10 +130,17 @@
 //
 // Mark and ScanSince let a Bloom front saved at a Mark catch up after a
 // crash with only what the store received since: the keys in memory and
-// the runs whose id is at least the Mark's next run id (run ids only grow;
-// a merge made since counts, with the older keys it rewrote). A restart
-// after kill -9 thus costs one or two indexes of replay and scan plus the
-// runs written since the Mark, whatever the store's size. The crash
+// the runs holding a leaf made since the Mark (a leaf range reaching the
+// Mark's next run id). Each Mark moves the merge barrier to its next run
+// id, and no merge mixes runs made before the barrier with runs made since
+// (Open starts the barrier at the registry's next id, which no Mark saved
+// before a crash exceeds). So a run holding keys committed since the Mark
+// holds no older ones, and a merge of older runs made since is skipped: a
+// restart after kill -9 costs one or two indexes of replay and scan plus
+// the keys written since the Mark, whatever the store's size (before the
+// barrier, any merge made since counted whole, with the older keys it
+// rewrote). From an older Mark than the last one, runs merged across it
+// are read whole: correct, only slower. The crash
 // tests check this with Pebble's crash-clone file system at random points,
 // with and without unsynced data kept. The stage's recovery then reads the
 // output topic from c's checkpoint. Close writes the index as runs, so a

@@ -58,6 +58,7 @@ func BenchmarkMergePolicy(b *testing.B) {
 		{"cap16", mergePolicy{fanout: 4, maxKeys: 16 * base}},
 		{"split4", mergePolicy{fanout: 4, splitKeys: 4 * base}},
 		{"fanout8-split4", mergePolicy{fanout: 8, splitKeys: 4 * base}},
+		{"fanout8-excise", mergePolicy{fanout: 8, excise: true}},
 	}
 	if v := os.Getenv("MERGE_VARIANTS"); v != "" {
 		keep := variants[:0]

@@ -411,12 +411,16 @@ type mergePolicy struct {
 	// keys (0: one sstable), which bounds each sstable's filter block and
 	// the filter writer's memory.
 	splitKeys uint64
+	// excise: a merge's inputs leave Pebble's version at once (DB.Excise)
+	// instead of through range deletions, which reach the last level
+	// through compactions.
+	excise bool
 }
 
 // defaultMergePolicy is what a store uses unless Options.merge says
 // otherwise; see "Merges" in the package documentation for the
 // measurements behind it.
-var defaultMergePolicy = mergePolicy{fanout: 4}
+var defaultMergePolicy = mergePolicy{fanout: 8, excise: true}
 
 func (p mergePolicy) withDefaults() mergePolicy {
 	if p.fanout < 2 {
@@ -550,12 +554,28 @@ func (s *Store) mergeRuns(runs []run) error {
 	s.dropGetReader()
 	pb := s.db.NewBatch()
 	defer pb.Close()
-	for _, in := range runs {
-		_ = pb.DeleteRange(runStart(gen, in.id), runEnd(gen, in.id), nil)
+	if !s.merge.excise {
+		for _, in := range runs {
+			_ = pb.DeleteRange(runStart(gen, in.id), runEnd(gen, in.id), nil)
+		}
 	}
 	_ = pb.Set(metaRunsKey, rs.encode(), nil)
-	if err := pb.Commit(pebble.NoSync); err != nil {
+	sync := pebble.NoSync
+	if s.merge.excise {
+		// The registry without the inputs must be durable before their
+		// sstables go: a crash in between leaves them unnamed, and Open
+		// deletes them (removeOrphans).
+		sync = pebble.Sync
+	}
+	if err := pb.Commit(sync); err != nil {
 		return fmt.Errorf("record merged run: %w", err)
+	}
+	if s.merge.excise {
+		for _, in := range runs {
+			if err := s.db.Excise(context.Background(), pebble.KeyRange{Start: runStart(gen, in.id), End: runEnd(gen, in.id)}); err != nil {
+				return fmt.Errorf("remove merged run %d: %w", in.id, err)
+			}
+		}
 	}
 	return nil
 }

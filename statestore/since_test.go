@@ -53,7 +53,7 @@ func TestScanSince(t *testing.T) {
 			}
 		}
 	}
-	if s.runs.Load().next <= mark.NextRun+uint64(defaultMergePolicy.fanout) {
+	if s.runs.Load().next <= mark.NextRun+uint64(s.merge.fanout) {
 		t.Fatalf("only %d runs made since the mark: the test needs flushes and merges", s.runs.Load().next-mark.NextRun)
 	}
 	check := func(t *testing.T, s *Store) {

@@ -26,8 +26,17 @@ func keyOf(i, j uint64) partition.Hash {
 
 // testOptions keeps tests small and fast: an in-memory FS, a small cache and
 // small memtables so that flushes and compactions actually happen.
+//
+// Merges use the default policy with a fanout of 4, so that the few runs a
+// small test makes are merged, and merged again.
 func testOptions(fs vfs.FS) Options {
-	return Options{FS: fs, CacheSize: 8 << 20, MemTableSize: 256 << 10}
+	return Options{FS: fs, CacheSize: 8 << 20, MemTableSize: 256 << 10, merge: testMergePolicy()}
+}
+
+func testMergePolicy() mergePolicy {
+	p := defaultMergePolicy
+	p.fanout = 4
+	return p
 }
 
 func mustOpen(t testing.TB, dir string, opts Options) *Store {
