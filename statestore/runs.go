@@ -521,7 +521,7 @@ func (s *Store) mergeRuns(runs []run) error {
 		}
 	}()
 	for _, r := range runs {
-		c, err := s.openRunCursor(r, onWorker)
+		c, err := s.openRunCursor(r, nil)
 		if err != nil {
 			return err
 		}
@@ -581,29 +581,38 @@ func (s *Store) mergeRuns(runs []run) error {
 }
 
 // runCursor iterates one run in hash order. Its Pebble calls go through
-// via: Store.read for a scan on the caller's behalf, onWorker for a merge,
-// which runs on the worker already.
+// via: Store.read for a scan on the caller's behalf, nil for a merge,
+// which runs on the worker already and calls Pebble directly.
 type runCursor struct {
 	it  *pebble.Iterator
 	via func(func() error) error
+	// step is advance as a func value made once, for via (nil: on the
+	// worker, advance is called directly).
+	step func() error
 	ok  bool
 	h   partition.Hash
 	v   uint64
 }
 
-// onWorker runs fn where the caller is: on the worker.
-func onWorker(fn func() error) error { return fn() }
-
 func (s *Store) openRunCursor(r run, via func(func() error) error) (*runCursor, error) {
 	c := &runCursor{via: via}
-	err := via(func() (err error) {
+	if via != nil {
+		c.step = c.advance
+	}
+	open := func() (err error) {
 		c.it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: runStart(r.gen, r.id), UpperBound: runEnd(r.gen, r.id)})
 		if err == nil {
 			c.ok = c.it.First()
 			err = c.load()
 		}
 		return err
-	})
+	}
+	var err error
+	if via == nil {
+		err = open()
+	} else {
+		err = via(open)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -627,14 +636,27 @@ func (c *runCursor) load() error {
 	return err
 }
 
+// next advances c. A merge's cursors (via nil) step in place: handing a
+// closure to via cost an allocation per key and cursor.
 func (c *runCursor) next() error {
-	return c.via(func() error {
+	if c.step == nil {
 		c.ok = c.it.Next()
 		return c.load()
-	})
+	}
+	return c.via(c.step)
 }
 
-func (c *runCursor) close() error { return c.via(c.it.Close) }
+func (c *runCursor) advance() error {
+	c.ok = c.it.Next()
+	return c.load()
+}
+
+func (c *runCursor) close() error {
+	if c.via == nil {
+		return c.it.Close()
+	}
+	return c.via(c.it.Close)
+}
 
 // mergeCursors calls fn for every distinct hash of mem (sorted entries, the
 // newest source) and srcs (newest first), in hash order; of a hash in
