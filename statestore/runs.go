@@ -589,9 +589,9 @@ type runCursor struct {
 	// step is advance as a func value made once, for via (nil: on the
 	// worker, advance is called directly).
 	step func() error
-	ok  bool
-	h   partition.Hash
-	v   uint64
+	ok   bool
+	h    partition.Hash
+	v    uint64
 }
 
 func (s *Store) openRunCursor(r run, via func(func() error) error) (*runCursor, error) {
