@@ -79,6 +79,42 @@
 // 4-14x slower; keeping the recent keys in a hash index instead answers
 // those reads from memory.
 //
+// # Merges
+//
+// The merge policy was chosen with BenchmarkMergePolicy: the 100M-key
+// sweep's shape scaled down (4M keys in 4 generations, 2 MiB indexes, so
+// about 23 leaf runs per generation against the sweep's 18, and a 16 MiB
+// block cache), process CPU per key over the fill (flushes and merges
+// included), and per read of a present key (confirm) and of an absent
+// one (miss: every run of the generation is probed). Medians of 2-9
+// interleaved runs, one process per variant and round, machine at load
+// 8-18 (session 5):
+//
+//	                       ingest us/key  rewrites/key  runs  confirm us  miss us
+//	fanout 4 (before)          3.57          1.8          8      23.1       3.5
+//	fanout 8                   1.66          0.8         24      30.2      11.1
+//	fanout 16                  1.68          0.8         20      33.2      12.2
+//	fanout 4, cap 16 leaves    3.32          1.8          8      22.6       4.5
+//	fanout 4, split sstables   3.21          1.8          8      24.6       7.1
+//	fanout 8, split sstables   1.99          0.8         24      28.8       9.2
+//	fanout 8, excised inputs   1.65          0.8         24      27.9       8.1
+//
+// Fanout 8 halves the ingest cost (one rewrite per key instead of two)
+// and costs more per miss, which probes every run of the generation (about
+// 1.5 us per run). The stage reads the store for about 0.026 of its records
+// (docs/benchmarks.md): the misses add ~0.2 us per record where the
+// rewrites saved ~1.8 us per new key. Fanout 16 rewrites as often as 8 in
+// this shape and probes more runs. A cap on the top tier changes nothing
+// here (no run reaches it before the generation ends). Writing merged runs
+// as sstables of at most 4 leaves' worth bounds each filter block (the
+// sweep's merged runs carried filter blocks of tens of MB) but measured no
+// better on confirming reads and worse on misses (a run's iterator then
+// switches sstables between probes); the option stays in the benchmark.
+// Excising a merge's inputs instead of range-deleting them leaves Pebble
+// nothing to compact: with range deletions it compacted 0-24 bytes per key
+// (the tombstones reach the last level through compactions that rewrite
+// the runs they overlap), excised 0.
+//
 // # Generations and expiry
 //
 // Time is cut into generations; a key emitted in generation g is stored in

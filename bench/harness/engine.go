@@ -148,6 +148,9 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		}
 	}
 	name := c.name() + " " + sys
+	// Process CPU (stage, store worker, generator and checker together):
+	// on a shared machine it is steadier than the wall-clock rates.
+	cpu0, wall0 := selfCPU(), time.Now()
 	if err := prefill(c, g, p, name, func(in []workload.Record) error {
 		_, err := process(in)
 		record(in)
@@ -155,6 +158,8 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 	}); err != nil {
 		return Result{}, err
 	}
+	p.Say("%s: pre-fill %.3f us of process CPU per key, %s keys/s", name,
+		(selfCPU()-cpu0)*1e6/float64(spec.KeysPerWindow), rate(uint64(spec.KeysPerWindow), time.Since(wall0)))
 	writeHeapProfile(c.HeapProfile, p)
 	before := g.Counts()
 	sampler.setPhase("timed records")
@@ -164,6 +169,7 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		lat   = make([]time.Duration, 0, c.Records/engineBatch+1)
 		done  int
 	)
+	cpu0 = selfCPU()
 	for done < c.Records {
 		in := g.Fill(min(engineBatch, c.Records-done))
 		t0 := time.Now()
@@ -182,6 +188,7 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		}
 		p.Tick("%s: %s of %s records, %s records/s", name, count(uint64(done)), count(uint64(c.Records)), rate(uint64(done), busy))
 	}
+	p.Say("%s: timed records %.3f us of process CPU per record", name, (selfCPU()-cpu0)*1e6/float64(done))
 	after := g.Counts()
 	base, peak := mem.peak()
 	var ms runtime.MemStats
