@@ -6,8 +6,9 @@ import "github.com/dedupstream/dedupstream/partition"
 // the commit sequence, and the id the next run gets. Run ids only grow, so
 // every key committed after Seq is, from then on, either held in memory
 // (or replayed into it from the commit log after a crash) or in a run
-// whose id is NextRun or more: a flush, a bulk load or a merge of runs
-// made since. A Bloom front saved with a Mark thus catches up after a
+// holding a leaf (a run a flush or bulk load wrote) whose id is NextRun or
+// more. Mark also moves the merge barrier, so such runs hold no keys of
+// older leaves. A Bloom front saved with a Mark thus catches up after a
 // crash with the work done since it was saved, whatever the store's size.
 type Mark struct {
 	Seq     uint64
@@ -44,12 +45,14 @@ func (s *Store) raiseBarrier(next uint64) {
 
 // ScanSince calls fn for every key the store holds in a live generation
 // (at or above the expiry floor) that may have been committed after m: the
-// keys held in memory and those of the runs made since m, merges
-// included. It visits a superset of the keys committed after m (a key may
-// come twice, and keys committed before m that were still in memory or
-// were merged since come too), in no particular order, and returns how
-// many it visited. Its cost is the keys in memory (at most two indexes'
-// worth) plus the runs written since m, not the store's size.
+// keys held in memory and those of the runs holding a leaf made since m
+// (a merge made since of older runs only is skipped). It visits a superset
+// of the keys committed after m (a key may come twice, and keys committed
+// before m that were still in memory come too), in no particular order,
+// and returns how many it visited. Its cost is the keys in memory (at most
+// two indexes' worth) plus the keys written since m, not the store's size:
+// the merge barrier keeps older keys out of the runs made since the last
+// Mark. From an older Mark, runs merged across it are read whole.
 //
 // m must be a Mark of this store taken since it last lost commits: after
 // a crash that lost commits (a machine crash without Flush) run ids can
