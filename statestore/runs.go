@@ -236,19 +236,25 @@ func (s *Store) runJob(fn func() error) error {
 // crash between the two leaves runs the registry does not name: Open deletes
 // them, and the commit log still holds their keys.
 func (s *Store) flushMem(job *flushJob) error {
-	var es []memEntry
+	var (
+		n  int
+		at func(i int) *memEntry
+	)
 	if job.mem != nil {
-		es = job.mem.sorted(0, true)
+		s.flushRefs, s.flushTmp = job.mem.sortRefs(s.flushRefs, s.flushTmp)
+		refs, m := s.flushRefs, job.mem
+		n, at = len(refs), func(i int) *memEntry { return m.refEntry(refs[i]) }
 	} else {
-		es = sortLoaded(job.loaded)
+		es := sortLoaded(job.loaded)
+		n, at = len(es), func(i int) *memEntry { return &es[i] }
 	}
 	rs := s.runs.Load().clone()
 	var written []run
 	var paths []string
-	for start := 0; start < len(es); {
-		gen := es[start].gen
+	for start := 0; start < n; {
+		gen := at(start).gen
 		end := start + 1
-		for end < len(es) && es[end].gen == gen {
+		for end < n && at(end).gen == gen {
 			end++
 		}
 		if gen >= job.floor {
@@ -258,7 +264,8 @@ func (s *Store) flushMem(job *flushJob) error {
 			}
 			rs.next++
 			for i := start; i < end; i++ {
-				if err := rw.add(es[i].h, es[i].version); err != nil {
+				e := at(i)
+				if err := rw.add(e.h, e.version); err != nil {
 					return fmt.Errorf("write run %d: %w", rw.r.id, err)
 				}
 			}

@@ -82,6 +82,9 @@ type Store struct {
 	reads *worker // runs the read-path Pebble calls where needed (see readOnCaller)
 
 	durableFloor uint64 // the floor recorded in Pebble (flusher only)
+	// flushRefs and flushTmp are the flusher's sort buffers (memIndex.sortRefs),
+	// kept across flushes: 16 bytes per key of an index.
+	flushRefs, flushTmp []uint64
 
 	mu    sync.Mutex // guards state and floor for readers
 	state State
