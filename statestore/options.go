@@ -206,6 +206,8 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.
 		// it soon after a range deletion instead.
 		FlushDelayDeleteRange: 10 * time.Second,
 	}
+	// Runs carry a filter of their own, sized when written (filter.go).
+	po.Filters = map[string]pebble.FilterPolicy{runFilterName: runFilter{}}
 	// Larger L0 files: a flush of a 64 MiB memtable yields ~4 files instead
 	// of ~30 at Pebble's 2 MiB default, fewer files for every later
 	// compaction and Get to consider. Deeper levels double from there.

@@ -157,7 +157,9 @@ type runWriter struct {
 	val  [maxValueLen]byte
 }
 
-func (s *Store) newRunWriter(gen, id uint64) (*runWriter, error) {
+// newRunWriter starts run id of gen, whose sstable filter is sized for at
+// most keys keys (more are accepted, at a higher false-positive rate).
+func (s *Store) newRunWriter(gen, id, keys uint64) (*runWriter, error) {
 	fs := s.opts.FS
 	path := fs.PathJoin(s.dir, ingestDir, fmt.Sprintf("%06d.sst", id))
 	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
@@ -165,6 +167,7 @@ func (s *Store) newRunWriter(gen, id uint64) (*runWriter, error) {
 		return nil, fmt.Errorf("create run %d: %w", id, err)
 	}
 	wo := s.po.MakeWriterOptions(6, s.db.TableFormat())
+	wo.FilterPolicy = runFilter{keys: keys}
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
 	return &runWriter{s: s, path: path, w: w, r: run{gen: gen, id: id}}, nil
 }
@@ -258,7 +261,7 @@ func (s *Store) flushMem(job *flushJob) error {
 			end++
 		}
 		if gen >= job.floor {
-			rw, err := s.newRunWriter(gen, rs.next)
+			rw, err := s.newRunWriter(gen, rs.next, uint64(end-start))
 			if err != nil {
 				return err
 			}
@@ -391,7 +394,11 @@ func (s *Store) mergeRuns(runs []run) error {
 	rs := s.runs.Load().clone()
 	id := rs.next
 	rs.next++
-	rw, err := s.newRunWriter(gen, id)
+	var keys uint64
+	for _, r := range runs {
+		keys += r.keys
+	}
+	rw, err := s.newRunWriter(gen, id, keys)
 	if err != nil {
 		return err
 	}
