@@ -27,9 +27,37 @@ func compareMem(a, b *memEntry) int {
 	return cmp.Compare(a.h.Lo, b.h.Lo)
 }
 
-// memBytesPerKey is what a key costs in a memIndex: a 32-byte entry and
-// two 8-byte slots (the table is at most half full).
-const memBytesPerKey = 32 + 2*8
+// memEntryBytes is the size of a memEntry.
+const memEntryBytes = 32
+
+// memIndexBytes is the memory of a memIndex sized for n keys: its table
+// (at most half full, a power of two) and its entry chunks.
+func memIndexBytes(n uint64) uint64 {
+	chunk := uint64(1) << memChunkBits
+	return uint64(memSlotsFor(max(n, 1)))*8 + (max(n, 1)+chunk-1)/chunk*chunk*memEntryBytes
+}
+
+// memKeysFor returns the most keys an index of size bytes holds, at least
+// 1024: a 64 MiB index holds 1M keys (48 MiB: the next table size would
+// leave too little room for entries). The last chunk of entries may reach
+// past size (memIndexBytes counts it).
+func memKeysFor(size uint64) uint64 {
+	best := uint64(1024)
+	for slots := uint64(2048); slots*8 < size && slots <= 1<<40; slots *= 2 {
+		room := (size - slots*8) / memEntryBytes
+		if n := min(slots/2, room); n > best {
+			best = n
+		}
+	}
+	return best
+}
+
+// memReservedBytes is the memory a store reserves for its indexes in the
+// block cache: the active index, the one being flushed, and the
+// flusher's sort buffers (16 bytes per key, memIndex.sortRefs).
+func memReservedBytes(keys uint64) uint64 {
+	return 2*memIndexBytes(keys) + 16*keys
+}
 
 // Entries live in chunks of 1<<memChunkBits, so that growing never copies
 // them.

@@ -82,6 +82,9 @@ type Store struct {
 	reads *worker // runs the read-path Pebble calls where needed (see readOnCaller)
 
 	durableFloor uint64 // the floor recorded in Pebble (flusher only)
+	// unreserve releases the index memory reserved in the block cache at
+	// Open (Options.indexReservation); Close calls it (under wmu).
+	unreserve func()
 	// flushRefs and flushTmp are the flusher's sort buffers (memIndex.sortRefs),
 	// kept across flushes: 16 bytes per key of an index.
 	flushRefs, flushTmp []uint64
@@ -148,6 +151,9 @@ func Open(dir string, opts Options) (*Store, error) {
 			err = errors.Join(err, cerr)
 		}
 		return fail(fmt.Errorf("statestore: open %s: %w", dbDir, err))
+	}
+	if n := opts.indexReservation(); n > 0 {
+		s.unreserve = cache.Reserve(int(n))
 	}
 	return s, nil
 }
@@ -656,6 +662,10 @@ func (s *Store) Close() error {
 	defer s.wmu.Unlock()
 	if s.closed.Swap(true) {
 		return ErrClosed
+	}
+	if s.unreserve != nil {
+		s.unreserve()
+		s.unreserve = nil
 	}
 	if err := s.fatal.get(); err != nil {
 		return err
