@@ -104,6 +104,14 @@ func newMemIndex(logNum, capKeys uint64) *memIndex {
 	return m
 }
 
+// memFull reports whether a table of slots slots is too full for n keys:
+// over three quarters. An index is handed to the flusher once it holds
+// memKeys keys, half of its table (memSlotsFor), after the Commit that
+// reached them: the last quarter is room for that Commit's overshoot, so
+// the table never grows (a growth rehashed the index and allocated a table
+// twice the size, then kept by the reused index).
+func memFull(n, slots int) bool { return 4*n > 3*slots }
+
 // memSlotsFor is the table size that holds n keys at most half full.
 func memSlotsFor(n uint64) int {
 	return max(1024, 1<<bits.Len64(2*n-1))
@@ -175,7 +183,7 @@ func (m *memIndex) putAll(es []entry) {
 		group := es[i:min(i+memTouchGroup, len(es))]
 		// Without a growth inside the group, the slots read are the ones
 		// the inserts start at.
-		if memTouchAhead && len(m.slots) > 0 && 2*(m.n+len(group)) <= len(m.slots) {
+		if memTouchAhead && len(m.slots) > 0 && !memFull(m.n+len(group), len(m.slots)) {
 			shift := 64 - bits.Len(uint(len(m.slots)-1))
 			for j := range group {
 				sink += m.slots[slotHash(group[j].gen, group[j].h)>>shift]
@@ -189,7 +197,7 @@ func (m *memIndex) putAll(es []entry) {
 }
 
 func (m *memIndex) put(gen uint64, h partition.Hash, version uint64) {
-	if 2*(m.n+1) > len(m.slots) {
+	if memFull(m.n+1, len(m.slots)) {
 		m.grow()
 	}
 	mask := uint64(len(m.slots) - 1)
@@ -317,20 +325,21 @@ func (m *memIndex) sorted(gen uint64, all bool) []memEntry {
 
 // sortRefs returns the entries of m sorted by (gen, h), as references into
 // m (refEntry reads one), in refs; tmp is scratch of the same length. Both
-// are grown as needed and returned (refs sorted) for reuse, so that a flush copies no
+// and counts (the counting pass's) are grown as needed and returned (refs
+// sorted) for reuse, so that a flush copies no
 // entry: a reference costs 8 bytes where a sorted copy cost 32 and its
 // scratch 32 more (90 MB of garbage per 64 MiB index, which the Go runtime
 // then kept as heap headroom). A reference holds the top 32 bits of the
 // hash above the entry's position, so the sort mostly compares references
 // and reads an entry only on a tie of those bits.
-func (m *memIndex) sortRefs(refs, tmp []uint64) ([]uint64, []uint64) {
+func (m *memIndex) sortRefs(refs, tmp []uint64, counts []int) ([]uint64, []uint64, []int) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	n := m.n
 	refs = slices.Grow(refs[:0], n)[:n]
 	tmp = slices.Grow(tmp[:0], n)[:n]
 	if n == 0 {
-		return refs, tmp
+		return refs, tmp, counts
 	}
 	// Group by generation into tmp (few generations: a counting pass).
 	gens := slices.Clone(m.gens)
@@ -351,12 +360,11 @@ func (m *memIndex) sortRefs(refs, tmp []uint64) ([]uint64, []uint64) {
 	}
 	// Within a generation the hashes are uniform: one counting pass on the
 	// top bits into refs, then an insertion sort inside the tiny buckets.
-	var counts []int
 	for gi := range gens {
 		src, dst := tmp[offs[gi]:offs[gi+1]], refs[offs[gi]:offs[gi+1]]
 		counts = m.sortGenRefs(src, dst, counts)
 	}
-	return refs, tmp
+	return refs, tmp, counts
 }
 
 // sortGenRefs sorts the references src (one generation) into dst by hash,

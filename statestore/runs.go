@@ -244,7 +244,7 @@ func (s *Store) flushMem(job *flushJob) error {
 		at func(i int) *memEntry
 	)
 	if job.mem != nil {
-		s.flushRefs, s.flushTmp = job.mem.sortRefs(s.flushRefs, s.flushTmp)
+		s.flushRefs, s.flushTmp, s.flushCounts = job.mem.sortRefs(s.flushRefs, s.flushTmp, s.flushCounts)
 		refs, m := s.flushRefs, job.mem
 		n, at = len(refs), func(i int) *memEntry { return m.refEntry(refs[i]) }
 	} else {

@@ -85,9 +85,11 @@ type Store struct {
 	// unreserve releases the index memory reserved in the block cache at
 	// Open (Options.indexReservation); Close calls it (under wmu).
 	unreserve func()
-	// flushRefs and flushTmp are the flusher's sort buffers (memIndex.sortRefs),
-	// kept across flushes: 16 bytes per key of an index.
+	// flushRefs, flushTmp and flushCounts are the flusher's sort buffers
+	// (memIndex.sortRefs), kept across flushes: 16 bytes per key of an
+	// index and up to 8 MiB of counts.
 	flushRefs, flushTmp []uint64
+	flushCounts         []int
 
 	mu    sync.Mutex // guards state and floor for readers
 	state State
