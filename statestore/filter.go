@@ -105,24 +105,46 @@ func (f runFilter) NewWriter(pebble.FilterType) pebble.FilterWriter {
 type runFilterWriter struct {
 	buf    []byte // the blocks, then room for the trailer
 	blocks uint64
+	// pending holds the hashes of the last keys, whose bits are set
+	// together: each key's block is a cache miss in a large filter, and
+	// the misses of a group overlap where one key at a time, between the
+	// table writer's own work, waited for each (the writer's CPU per key
+	// halved).
+	pending [runFilterPending][2]uint64
+	n       int
 }
+
+const runFilterPending = 64
 
 // AddKey implements pebble.FilterWriter.
 func (w *runFilterWriter) AddKey(key []byte) {
 	block, probes := filterHash(key)
-	hi, _ := bits.Mul64(block, w.blocks)
-	blk := w.buf[hi*runFilterBlockBytes : (hi+1)*runFilterBlockBytes]
-	for range runFilterProbes {
-		bit := probes & (runFilterBlockBits - 1)
-		blk[bit>>3] |= 1 << (bit & 7)
-		probes >>= 9
+	w.pending[w.n] = [2]uint64{block, probes}
+	if w.n++; w.n == runFilterPending {
+		w.setPending()
 	}
+}
+
+// setPending sets the bits of the pending keys.
+func (w *runFilterWriter) setPending() {
+	for _, p := range w.pending[:w.n] {
+		hi, _ := bits.Mul64(p[0], w.blocks)
+		blk := w.buf[hi*runFilterBlockBytes : (hi+1)*runFilterBlockBytes]
+		probes := p[1]
+		for range runFilterProbes {
+			bit := probes & (runFilterBlockBits - 1)
+			blk[bit>>3] |= 1 << (bit & 7)
+			probes >>= 9
+		}
+	}
+	w.n = 0
 }
 
 // Finish implements pebble.FilterWriter: it hands over the filter itself
 // (no copy) when dst is empty, as Pebble's table writer passes it. A
 // writer serves one table.
 func (w *runFilterWriter) Finish(dst []byte) []byte {
+	w.setPending()
 	binary.LittleEndian.PutUint32(w.buf[len(w.buf)-runFilterTrailer:], uint32(w.blocks))
 	out := w.buf
 	w.buf = nil

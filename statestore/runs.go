@@ -239,47 +239,83 @@ func (s *Store) runJob(fn func() error) error {
 // crash between the two leaves runs the registry does not name: Open deletes
 // them, and the commit log still holds their keys.
 func (s *Store) flushMem(job *flushJob) error {
-	var (
-		n  int
-		at func(i int) *memEntry
-	)
+	// next returns the entries in (gen, hash) order, a batch at a time
+	// (nil at the end).
+	var next func() []memEntry
+	// keysOf is how many keys of gen the flush writes: its run's filter
+	// is sized for them.
+	var keysOf func(gen uint64) uint64
 	if job.mem != nil {
+		keysOf = job.mem.keysOf
 		s.flushRefs, s.flushTmp, s.flushCounts = job.mem.sortRefs(s.flushRefs, s.flushTmp, s.flushCounts)
 		refs, m := s.flushRefs, job.mem
-		n, at = len(refs), func(i int) *memEntry { return m.refEntry(refs[i]) }
+		if s.flushGather == nil {
+			s.flushGather = make([]memEntry, memGatherLen)
+		}
+		next = func() []memEntry {
+			n := min(len(refs), memGatherLen)
+			if n == 0 {
+				return nil
+			}
+			out := s.flushGather[:n]
+			m.gatherRefs(out, refs[:n])
+			refs = refs[n:]
+			return out
+		}
 	} else {
 		es := sortLoaded(job.loaded)
-		n, at = len(es), func(i int) *memEntry { return &es[i] }
+		keysOf = func(gen uint64) uint64 {
+			lo, _ := slices.BinarySearchFunc(es, gen, func(e memEntry, g uint64) int { return cmpU64(e.gen, g) })
+			hi, _ := slices.BinarySearchFunc(es, gen+1, func(e memEntry, g uint64) int { return cmpU64(e.gen, g) })
+			return uint64(hi - lo)
+		}
+		next = func() []memEntry {
+			out := es
+			es = nil
+			return out
+		}
 	}
 	rs := s.runs.Load().clone()
 	var written []run
 	var paths []string
-	for start := 0; start < n; {
-		gen := at(start).gen
-		end := start + 1
-		for end < n && at(end).gen == gen {
-			end++
+	var rw *runWriter // the run being written: the current generation's
+	finish := func() error {
+		r, err := rw.finish()
+		if err != nil {
+			return err
 		}
-		if gen >= job.floor {
-			rw, err := s.newRunWriter(gen, rs.next, uint64(end-start))
-			if err != nil {
-				return err
+		written = append(written, r)
+		paths = append(paths, rw.path)
+		rw = nil
+		return nil
+	}
+	for batch := next(); batch != nil; batch = next() {
+		for i := range batch {
+			e := &batch[i]
+			if e.gen < job.floor {
+				continue
 			}
-			rs.next++
-			for i := start; i < end; i++ {
-				e := at(i)
-				if err := rw.add(e.h, e.version); err != nil {
-					return fmt.Errorf("write run %d: %w", rw.r.id, err)
+			if rw != nil && rw.r.gen != e.gen {
+				if err := finish(); err != nil {
+					return err
 				}
 			}
-			r, err := rw.finish()
-			if err != nil {
-				return err
+			if rw == nil {
+				var err error
+				if rw, err = s.newRunWriter(e.gen, rs.next, keysOf(e.gen)); err != nil {
+					return err
+				}
+				rs.next++
 			}
-			written = append(written, r)
-			paths = append(paths, rw.path)
+			if err := rw.add(e.h, e.version); err != nil {
+				return fmt.Errorf("write run %d: %w", rw.r.id, err)
+			}
 		}
-		start = end
+	}
+	if rw != nil {
+		if err := finish(); err != nil {
+			return err
+		}
 	}
 	if len(paths) > 0 {
 		if err := s.db.Ingest(context.Background(), paths); err != nil {

@@ -90,6 +90,7 @@ type Store struct {
 	// index and up to 8 MiB of counts.
 	flushRefs, flushTmp []uint64
 	flushCounts         []int
+	flushGather         []memEntry // memGatherLen entries
 
 	mu    sync.Mutex // guards state and floor for readers
 	state State
