@@ -387,7 +387,9 @@ func (m *memIndex) gatherRefs(dst []memEntry, refs []uint64) {
 // with counts as scratch, and returns counts for reuse.
 func (m *memIndex) sortGenRefs(src, dst []uint64, counts []int) []int {
 	n := len(src)
-	shift := 64 - min(bits.Len(uint(n)), 20)
+	// At most 64k buckets (512 KiB of counts, kept by the store): a 1M-key
+	// index leaves 16 keys per bucket, sorted by comparing references.
+	shift := 64 - min(bits.Len(uint(n)), 16)
 	nb := 1 << (64 - shift)
 	counts = slices.Grow(counts[:0], nb+1)[:nb+1]
 	clear(counts)

@@ -87,7 +87,7 @@ type Store struct {
 	unreserve func()
 	// flushRefs, flushTmp and flushCounts are the flusher's sort buffers
 	// (memIndex.sortRefs), kept across flushes: 16 bytes per key of an
-	// index and up to 8 MiB of counts.
+	// index and up to 512 KiB of counts.
 	flushRefs, flushTmp []uint64
 	flushCounts         []int
 	flushGather         []memEntry // memGatherLen entries
