@@ -165,14 +165,17 @@ type Dedup struct {
 type State struct {
 	// Dir holds one store per owned partition. Required.
 	Dir string `yaml:"dir"`
-	// Memory bounds the Pebble memory of every store of this instance
-	// together: one block cache shared by all owned partitions, to which
-	// Pebble also charges their memtables; memtables take at most half.
+	// Memory bounds the state memory of every store of this instance
+	// together: one block cache shared by all owned partitions, in which
+	// each store reserves its indexes of recent keys and Pebble its
+	// memtables; those take at most half.
 	// The Bloom fronts are not in it (see docs/scaling.md, "Memory"). The
 	// default value is 512MiB (statestore.DefaultMemory).
 	Memory ByteSize `yaml:"memory"`
-	// MemTableSize fixes each store's memtable size instead of deriving it
-	// from Memory: 3 memtables per store must then fit in half of Memory.
+	// MemTableSize fixes the size of each store's index of recent keys
+	// (its memtable) instead of deriving it from Memory: 3 per store (two
+	// indexes, sort buffers, Pebble's memtables) must then fit in half of
+	// Memory.
 	// The default value is 0: Memory / (6 x owned partitions), in 64KiB
 	// steps, between 4MiB and 64MiB.
 	MemTableSize ByteSize `yaml:"memtable_size"`

@@ -190,8 +190,9 @@
 // records.go turns fetched records into the stage's; metrics.go is the
 // Prometheus collector, metrics_stage.go what stages publish to it and
 // metrics_hist.go the bulk-filled histogram; memory.go the run's one state
-// memory budget (state.memory: a block cache all stores share, memtables
-// sized per assignment) and its metrics. Stats' stage counters have one
+// memory budget (state.memory: a block cache all stores share, in which they
+// reserve their indexes of recent keys, sized per assignment), its metrics
+// and the GC target of "dedupstream run" (TuneGC). Stats' stage counters have one
 // source, the partitions' metrics, which Job.Stats sums. Tests reach into
 // a job only through internal/testhook.
 //

@@ -2,11 +2,36 @@ package job
 
 import (
 	"fmt"
+	"os"
+	"runtime/debug"
 
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/statestore"
 	"github.com/prometheus/client_golang/prometheus"
 )
+
+// DefaultGCPercent is the Go garbage collector's target of a running job
+// (GOGC) unless the environment sets GOGC: the heap may grow to 1.5x what
+// is live after a collection instead of 2x. Most of a job's live heap is
+// the Bloom fronts and the indexes of recent keys, large arrays without
+// pointers that a collection does not scan, so collecting twice as often
+// costs little CPU; the runtime's headroom shrinks by a quarter of the
+// live heap (at 30M keys in one stage: RSS 831 MiB at GOGC=25 against
+// 1140 MiB at 100, docs/benchmarks.md "Memory").
+const DefaultGCPercent = 50
+
+// TuneGC sets the process's GC target to DefaultGCPercent unless GOGC is
+// set in the environment, and returns the previous target (to restore it
+// with debug.SetGCPercent). "dedupstream run" calls it before the job
+// starts; a program embedding the job decides for itself.
+func TuneGC() (prev int) {
+	if os.Getenv("GOGC") != "" {
+		prev = debug.SetGCPercent(-1)
+		debug.SetGCPercent(prev)
+		return prev
+	}
+	return debug.SetGCPercent(DefaultGCPercent)
+}
 
 // memory is the instance's state memory: one statestore.Budget for every
 // store the job opens (state.memory), and the plan of the current
@@ -77,12 +102,13 @@ func (j *Job) storeOptions(o statestore.Options) statestore.Options {
 var (
 	descMemBudget   = prometheus.NewDesc("dedupstream_state_memory_budget_bytes", "state.memory: the bound on the Pebble block cache and memtables of every store of this instance together (the Bloom fronts are outside it).", nil, nil)
 	descCacheUsed   = prometheus.NewDesc("dedupstream_state_block_cache_used_bytes", "Bytes of sstable blocks in the block cache the stores of this instance share; memtables are charged to the same budget on top.", nil, nil)
-	descMemTable    = prometheus.NewDesc("dedupstream_state_memtable_size_bytes", "Memtable size of each store of the current assignment (up to 3 memtables per store), derived from state.memory and the partitions owned.", nil, nil)
+	descMemTable    = prometheus.NewDesc("dedupstream_state_memtable_size_bytes", "Size of the index of recent keys of each store of the current assignment (the layout's memtable; 2 per store plus sort buffers), derived from state.memory and the partitions owned.", nil, nil)
+	descIndexMemory = prometheus.NewDesc("dedupstream_state_index_memory_bytes", "Bytes the stores of the current assignment reserve in state.memory for their indexes of recent keys (Go heap); blocks get what the reservations leave.", nil, nil)
 	descOverBudget  = prometheus.NewDesc("dedupstream_state_memory_over_budget", "1 when the memtables of the partitions owned need more than half of state.memory (group mode, more partitions than the budget was sized for), else 0.", nil, nil)
 	descBloomMemory = prometheus.NewDesc("dedupstream_bloom_memory_bytes", "Bytes the partition's Bloom front holds in memory (outside state.memory).", lp, nil)
 )
 
-var memoryDescs = []*prometheus.Desc{descMemBudget, descCacheUsed, descMemTable, descOverBudget, descBloomMemory}
+var memoryDescs = []*prometheus.Desc{descMemBudget, descCacheUsed, descMemTable, descIndexMemory, descOverBudget, descBloomMemory}
 
 // collectMemory sends the instance's memory metrics while a run is on.
 func (j *Job) collectMemory(ch chan<- prometheus.Metric) {
@@ -98,6 +124,7 @@ func (j *Job) collectMemory(ch chan<- prometheus.Metric) {
 	gauge(descMemBudget, float64(m.budget.Size()))
 	gauge(descCacheUsed, float64(m.budget.CacheUsed()))
 	gauge(descMemTable, float64(m.memTable))
+	gauge(descIndexMemory, float64(m.budget.IndexBytes(m.stores)))
 	over := 0.0
 	if !m.fits && m.memTable != 0 {
 		over = 1

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -25,7 +26,8 @@ import (
 //   - "per-store": every store with its own 128 MiB cache and 64 MiB
 //     memtables, as before state.memory;
 //   - "budget": the stores under one state.memory budget, wired as Run
-//     wires them (openMemory, planMemory, storeOptions).
+//     wires them (openMemory, planMemory, storeOptions), at the GC target
+//     "dedupstream run" sets (TuneGC).
 //
 // Each child opens its stages (Bloom front sized for the keys), fills them
 // round-robin in commit cycles of 10k fresh keys spread over a 24h window,
@@ -174,6 +176,7 @@ func TestMemoryRSSChild(t *testing.T) {
 		res.Budget = int64(parts) * (statestore.DefaultCacheSize + 3*int64(statestore.DefaultMemTableSize))
 		res.MemTable = int64(statestore.DefaultMemTableSize)
 	case "budget":
+		defer debug.SetGCPercent(TuneGC()) // as "dedupstream run" sets it
 		j := &Job{cfg: cfg, log: slog.New(slog.DiscardHandler)}
 		if err := j.openMemory(); err != nil {
 			t.Fatal(err)

@@ -3,6 +3,8 @@ package job
 import (
 	"bytes"
 	"log/slog"
+	"os"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -51,6 +53,12 @@ func TestMemoryPlanPerAssignment(t *testing.T) {
 			got["dedupstream_state_memory_budget_bytes"] != float64(512<<20) {
 			t.Fatalf("%d partitions: metrics %v", c.parts, got)
 		}
+		// The indexes' reservation: what the stores of the plan charge to
+		// the budget, within its half when the plan fits.
+		idx := got["dedupstream_state_index_memory_bytes"]
+		if idx < float64(2*c.parts)*float64(c.memTable)/2 || c.over == 0 && idx > 256<<20 {
+			t.Fatalf("%d partitions of %d-byte indexes: index memory %.0f", c.parts, c.memTable, idx)
+		}
 	}
 	if !strings.Contains(logs.String(), "state.memory is too small") || !strings.Contains(logs.String(), "memory_needed=1536MiB") {
 		t.Errorf("the over-budget generation was not reported:\n%s", logs.String())
@@ -75,4 +83,27 @@ func gatherMemory(t *testing.T, j *Job) map[string]float64 {
 		out[name] = pb.GetGauge().GetValue()
 	}
 	return out
+}
+
+// TestTuneGC: without GOGC in the environment the job's GC target is
+// DefaultGCPercent; with it, the environment's stays; TuneGC returns the
+// target it replaced.
+func TestTuneGC(t *testing.T) {
+	orig := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(orig)
+	t.Setenv("GOGC", "")
+	os.Unsetenv("GOGC")
+	if prev := TuneGC(); prev != 100 {
+		t.Fatalf("TuneGC returned %d, want the replaced 100", prev)
+	}
+	if got := debug.SetGCPercent(80); got != DefaultGCPercent {
+		t.Fatalf("GC target %d after TuneGC, want %d", got, DefaultGCPercent)
+	}
+	t.Setenv("GOGC", "80") // as if the runtime had read it at start
+	if prev := TuneGC(); prev != 80 {
+		t.Fatalf("TuneGC returned %d with GOGC=80 set, want 80", prev)
+	}
+	if got := debug.SetGCPercent(100); got != 80 {
+		t.Fatalf("GC target %d with GOGC=80 set, want it kept", got)
+	}
 }

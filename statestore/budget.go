@@ -7,23 +7,29 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 )
 
-// Budget bounds the Pebble memory of every store of one process together:
-// one block cache shared by all of them, and memtables sized from the budget
-// and the number of stores open at a time.
+// Budget bounds the state memory of every store of one process together:
+// one block cache shared by all of them, to which each store charges its
+// indexes of recent keys and Pebble its memtables, with the index size
+// (Options.MemTableSize) planned from the budget and the number of stores
+// open at a time.
 //
-// Pebble charges every memtable it allocates to its block cache (a
-// reservation that shrinks the room left for blocks), so a cache whose
-// capacity is the whole budget bounds blocks and memtables together, as long
-// as the memtables' reservations stay below it. The plan keeps them to at
-// most half of the budget: each store has at most memTablesPerStore
-// memtables (the mutable one, one flushing, one kept for recycling), so
+// A charge is a reservation in the cache (pebble's Cache.Reserve): it
+// shrinks the room left for blocks without using memory of its own, so a
+// cache whose capacity is the whole budget bounds blocks, indexes and
+// memtables together, as long as the reservations stay below it. A store
+// reserves two indexes (the active one and the one being written as runs)
+// and the flusher's sort buffers (a third of an index), Pebble at most
+// three memtables of 512 KiB (they hold only metadata), so
 //
 //	MemTableSize = budget / 2 / (memTablesPerStore * stores)
 //
-// rounded down to 64 KiB and capped at MaxPlannedMemTableSize. The other
-// half (at least) holds sstable index and filter blocks, which every Get
-// needs: about 1.3 bytes per key for 10 bits/key filters, plus ~1 % of the
-// data for indexes.
+// rounded down to 64 KiB and capped at MaxPlannedMemTableSize keeps the
+// reservations to at most half of the budget. The other half (at least)
+// holds sstable index and filter blocks, which every Get needs: about 1.3
+// bytes per key for 10 bits/key filters, plus ~1 % of the data for indexes.
+//
+// The indexes are Go memory, the blocks C memory; the Bloom fronts and the
+// Go runtime's headroom are outside the budget (SetGCPercent).
 //
 // A Budget must be closed after the last store using its cache closed.
 type Budget struct {
@@ -58,10 +64,11 @@ const (
 	// the stores is PlanMemTable's question.
 	MinMemory int64 = 4 << 20
 
-	// memTablesPerStore is the most memtables one store has allocated:
-	// MemTableStopWritesThreshold queued plus the one Pebble keeps for
-	// recycling.
-	memTablesPerStore = memTableStopWrites + 1
+	// memTablesPerStore is what one store reserves, in MemTableSize units:
+	// two indexes of recent keys, their sort buffers (a third of one) and
+	// Pebble's memtables (at most 3 x 512 KiB, a third of the smallest
+	// planned size); memReservedBytes is the exact figure.
+	memTablesPerStore = 3
 )
 
 // MinMemTableSize and MaxMemTableSize bound Options.MemTableSize: below the
@@ -119,6 +126,16 @@ func MinMemoryFor(memTable uint64, stores int) int64 {
 	return 2 * int64(memTablesPerStore*max(stores, 1)) * int64(memTable)
 }
 
+// IndexBytes returns what stores stores reserve in the budget for their
+// indexes of recent keys (two each, and sort buffers), at the planned
+// MemTableSize: Go heap memory, which the Go runtime's GC target
+// multiplies.
+func (b *Budget) IndexBytes(stores int) int64 {
+	mt, _ := b.MemTableSize(stores)
+	o := Options{MemTableSize: mt}
+	return int64(stores) * int64(o.indexReservation())
+}
+
 // Size returns the budget in bytes.
 func (b *Budget) Size() int64 { return b.size }
 
@@ -139,8 +156,8 @@ func (b *Budget) Options(o Options, stores int) Options {
 // CacheCapacity is the shared cache's capacity: the budget.
 func (b *Budget) CacheCapacity() int64 { return b.cache.MaxSize() }
 
-// CacheUsed is the bytes of blocks held in the shared cache now; memtables
-// are not counted.
+// CacheUsed is the bytes of blocks held in the shared cache now; the
+// reservations of indexes and memtables are not counted.
 func (b *Budget) CacheUsed() int64 { return b.cache.Size() }
 
 // Close drops the budget's reference to the shared cache; the cache's

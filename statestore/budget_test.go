@@ -161,3 +161,54 @@ func BenchmarkCommitMemTable(b *testing.B) {
 		})
 	}
 }
+
+// TestBudgetBoundsIndexes: a store's indexes of recent keys are charged to
+// the shared cache while it is open (two indexes and the flusher's sort
+// buffers), so blocks, memtables and indexes together stay within the
+// budget: a store whose runs outgrow the cache, read back in full, leaves
+// the blocks at most the budget minus its reservation. Close returns the
+// reservation.
+func TestBudgetBoundsIndexes(t *testing.T) {
+	const budgetSize = 16 << 20
+	b, err := NewBudget(budgetSize, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s := mustOpen(t, "s", b.Options(Options{FS: vfs.NewMem()}, 1))
+	reserved := int64(s.opts.indexReservation())
+	if want := int64(2*memIndexBytes(s.memKeys) + 16*s.memKeys); reserved != want || reserved < 4<<20 {
+		t.Fatalf("reservation %d, want %d (two indexes of %d keys and sort buffers)", reserved, want, s.memKeys)
+	}
+	const keys = 600_000 // ~20 MiB of runs: more than the cache holds
+	batch := s.NewBatch()
+	for c := range uint64(keys / 10_000) {
+		for j := range uint64(10_000) {
+			batch.Put(1, keyOf(c, j), 0)
+		}
+		if _, err := s.Commit(batch, State{Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	peak := int64(0)
+	for round := range 2 {
+		for c := range uint64(keys / 10_000) {
+			for j := uint64(round); j < 10_000; j += 7 {
+				if _, ok, err := s.Get(1, keyOf(c, j)); err != nil || !ok {
+					t.Fatalf("key %d/%d: %v, found %t", c, j, err, ok)
+				}
+			}
+			peak = max(peak, b.CacheUsed())
+		}
+	}
+	if peak+reserved > budgetSize {
+		t.Fatalf("blocks peaked at %d with %d reserved for indexes: over the budget %d", peak, reserved, budgetSize)
+	}
+	if peak < budgetSize/4 {
+		t.Fatalf("blocks peaked at %d: the reads did not fill the cache, nothing was checked", peak)
+	}
+	mustClose(t, s)
+}

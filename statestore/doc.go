@@ -16,10 +16,12 @@
 //
 // Keys a Commit records go to two places: an in-memory index of recent keys
 // (an open-addressing hash table, memIndex) and the commit log. When the
-// index holds MemTableSize worth of keys (48 bytes per key: 1.4M keys at
-// 64 MiB) it is handed to a background flusher and a new one starts. The
-// flusher sorts the keys and writes them, one generation at a time, as a
-// sorted run: an sstable written directly (no memtable, no WAL) whose keys
+// index holds as many keys as an index of MemTableSize bytes holds (a
+// 32-byte entry per key and a table kept at most half full: 1M keys in
+// 48 MiB at 64 MiB) it is handed to a background flusher and a new one
+// starts. The flusher sorts references to the keys (8 bytes each, buffers
+// kept across flushes; a sorted copy of the entries cost 64 bytes per key
+// of garbage) and writes them, one generation at a time, as a sorted run: an sstable written directly (no memtable, no WAL) whose keys
 // are 33 bytes, 0x01, the generation (8 bytes big-endian), the run id (8
 // bytes, a counter across the store), the hash (16 bytes). A run's key range
 // overlaps no other run, so Pebble ingests it straight into the last level
@@ -139,8 +141,9 @@
 // (BenchmarkMemPut: 85 ns for the insert into a reused table, where
 // growing a new table from empty and inserting one key at a time cost
 // 177 ns). A handover reuses the index flushed before it (table and entry
-// chunks) once no Reader holds it, with its table sized for MemTableSize
-// worth of keys, so the table never grows; the inserts of a commit read
+// chunks) once no Reader holds it, with its table sized for twice its keys
+// and grown only past three quarters, so the Commit that fills it never
+// grows it; the inserts of a commit read
 // the slots of each group of 16 keys before inserting them, which lets the
 // CPU overlap the cache misses. The run written from an index
 // records, in one synced Pebble batch, the state of its last commit and the
@@ -226,6 +229,10 @@
 // first, stopping at the first hit, each with one prefix seek that uses the
 // run's sstable Bloom filter (Pebble's own DB.Get skips the filters of the
 // last level, where every run lives, so each miss would read a data block).
+// A run's filter is the store's own (filter.go): a blocked Bloom filter of
+// 10 bits per key (0.94-1.0 % false positives measured) sized when the run
+// is written, so a merge holds 1.25 bytes per key of its output where
+// Pebble's writer held a 4-byte hash per key until the table ended.
 //
 // A Reader keeps one Pebble iterator per run, bounded to the run's key
 // range, and is meant to live long: the stage keeps one and refreshes it
@@ -252,19 +259,22 @@
 // # Pebble options
 //
 //   - Block cache: Pebble charges every allocated memtable to the block
-//     cache, so the cache it gets is CacheSize plus three memtables. With a
-//     plain 128 MiB cache and 64 MiB memtables no block stayed cached and a
-//     Get cost 14 us instead of 4 us. Memory per store is about
-//     CacheSize + 3*MemTableSize (320 MiB by default). A Budget instead
-//     gives every store of a process one shared cache (Options.Cache) and
-//     memtables sized from one bound for all of them (budget.go).
+//     cache, and a writable store reserves its indexes of recent keys in it
+//     (two indexes and the flusher's sort buffers, about 2.4 x MemTableSize:
+//     Go memory the cache then leaves to them), so the cache it gets is
+//     CacheSize plus both. With a plain 128 MiB cache and 64 MiB memtables
+//     no block stayed cached and a Get cost 14 us instead of 4 us. A Budget
+//     instead gives every store of a process one shared cache
+//     (Options.Cache) whose capacity bounds blocks, indexes and memtables
+//     of all of them, with the index size planned from it (budget.go).
 //   - Bloom filters, 10 bits per key (~1 % false positives), on every level.
 //   - No compression: the keys are random hashes after a shared 9-byte prefix
 //     that the columnar block format already strips; Snappy left the size
 //     unchanged (89 vs 87 MiB at 4M keys) and only costs CPU on reads.
-//   - MemTableSize 64 MiB, at most two memtables before writes stall. With
-//     layout 2 Pebble's memtable holds only metadata batches; MemTableSize
-//     sizes the index of recent keys.
+//   - MemTableSize 64 MiB sizes the index of recent keys. Pebble's own
+//     memtable holds only metadata batches and is at most 512 KiB (three
+//     64 MiB ones reserved 192 MiB of a 512 MiB budget's cache for a few
+//     KiB of metadata), at most two before writes stall.
 //   - L0 files of 16 MiB, L0 compaction at 4 sublevels, write stop at 24,
 //     Lbase 4 memtables, 1-2 concurrent compactions: chosen for layout 1,
 //     where they measured the same as Pebble's own within noise; layout 2

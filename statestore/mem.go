@@ -27,9 +27,37 @@ func compareMem(a, b *memEntry) int {
 	return cmp.Compare(a.h.Lo, b.h.Lo)
 }
 
-// memBytesPerKey is what a key costs in a memIndex: a 32-byte entry and
-// two 8-byte slots (the table is at most half full).
-const memBytesPerKey = 32 + 2*8
+// memEntryBytes is the size of a memEntry.
+const memEntryBytes = 32
+
+// memIndexBytes is the memory of a memIndex sized for n keys: its table
+// (at most half full, a power of two) and its entry chunks.
+func memIndexBytes(n uint64) uint64 {
+	chunk := uint64(1) << memChunkBits
+	return uint64(memSlotsFor(max(n, 1)))*8 + (max(n, 1)+chunk-1)/chunk*chunk*memEntryBytes
+}
+
+// memKeysFor returns the most keys an index of size bytes holds, at least
+// 1024: a 64 MiB index holds 1M keys (48 MiB: the next table size would
+// leave too little room for entries). The last chunk of entries may reach
+// past size (memIndexBytes counts it).
+func memKeysFor(size uint64) uint64 {
+	best := uint64(1024)
+	for slots := uint64(2048); slots*8 < size && slots <= 1<<40; slots *= 2 {
+		room := (size - slots*8) / memEntryBytes
+		if n := min(slots/2, room); n > best {
+			best = n
+		}
+	}
+	return best
+}
+
+// memReservedBytes is the memory a store reserves for its indexes in the
+// block cache: the active index, the one being flushed, and the
+// flusher's sort buffers (16 bytes per key, memIndex.sortRefs).
+func memReservedBytes(keys uint64) uint64 {
+	return 2*memIndexBytes(keys) + 16*keys
+}
 
 // Entries live in chunks of 1<<memChunkBits, so that growing never copies
 // them.
@@ -75,6 +103,14 @@ func newMemIndex(logNum, capKeys uint64) *memIndex {
 	}
 	return m
 }
+
+// memFull reports whether a table of slots slots is too full for n keys:
+// over three quarters. An index is handed to the flusher once it holds
+// memKeys keys, half of its table (memSlotsFor), after the Commit that
+// reached them: the last quarter is room for that Commit's overshoot, so
+// the table never grows (a growth rehashed the index and allocated a table
+// twice the size, then kept by the reused index).
+func memFull(n, slots int) bool { return 4*n > 3*slots }
 
 // memSlotsFor is the table size that holds n keys at most half full.
 func memSlotsFor(n uint64) int {
@@ -147,7 +183,7 @@ func (m *memIndex) putAll(es []entry) {
 		group := es[i:min(i+memTouchGroup, len(es))]
 		// Without a growth inside the group, the slots read are the ones
 		// the inserts start at.
-		if memTouchAhead && len(m.slots) > 0 && 2*(m.n+len(group)) <= len(m.slots) {
+		if memTouchAhead && len(m.slots) > 0 && !memFull(m.n+len(group), len(m.slots)) {
 			shift := 64 - bits.Len(uint(len(m.slots)-1))
 			for j := range group {
 				sink += m.slots[slotHash(group[j].gen, group[j].h)>>shift]
@@ -161,7 +197,7 @@ func (m *memIndex) putAll(es []entry) {
 }
 
 func (m *memIndex) put(gen uint64, h partition.Hash, version uint64) {
-	if 2*(m.n+1) > len(m.slots) {
+	if memFull(m.n+1, len(m.slots)) {
 		m.grow()
 	}
 	mask := uint64(len(m.slots) - 1)
@@ -286,6 +322,107 @@ func (m *memIndex) sorted(gen uint64, all bool) []memEntry {
 	sortMem(out)
 	return out
 }
+
+// sortRefs returns the entries of m sorted by (gen, h), as references into
+// m (refEntry reads one), in refs; tmp is scratch of the same length. Both
+// and counts (the counting pass's) are grown as needed and returned (refs
+// sorted) for reuse, so that a flush copies no
+// entry: a reference costs 8 bytes where a sorted copy cost 32 and its
+// scratch 32 more (90 MB of garbage per 64 MiB index, which the Go runtime
+// then kept as heap headroom). A reference holds the top 32 bits of the
+// hash above the entry's position, so the sort mostly compares references
+// and reads an entry only on a tie of those bits.
+func (m *memIndex) sortRefs(refs, tmp []uint64, counts []int) ([]uint64, []uint64, []int) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	n := m.n
+	refs = slices.Grow(refs[:0], n)[:n]
+	tmp = slices.Grow(tmp[:0], n)[:n]
+	if n == 0 {
+		return refs, tmp, counts
+	}
+	// Group by generation into tmp (few generations: a counting pass).
+	gens := slices.Clone(m.gens)
+	slices.SortFunc(gens, func(a, b genCount) int { return cmp.Compare(a.gen, b.gen) })
+	offs := make([]int, len(gens)+1)
+	for i, g := range gens {
+		offs[i+1] = offs[i] + int(g.keys)
+	}
+	next := slices.Clone(offs[:len(gens)])
+	gi := 0
+	for i := 0; i < n; i++ {
+		e := m.at(i)
+		if gens[gi].gen != e.gen {
+			gi, _ = slices.BinarySearchFunc(gens, e.gen, func(g genCount, gen uint64) int { return cmp.Compare(g.gen, gen) })
+		}
+		tmp[next[gi]] = e.h.Hi>>32<<32 | uint64(i)
+		next[gi]++
+	}
+	// Within a generation the hashes are uniform: one counting pass on the
+	// top bits into refs, then an insertion sort inside the tiny buckets.
+	for gi := range gens {
+		src, dst := tmp[offs[gi]:offs[gi+1]], refs[offs[gi]:offs[gi+1]]
+		counts = m.sortGenRefs(src, dst, counts)
+	}
+	return refs, tmp, counts
+}
+
+// memGatherLen is how many entries gatherRefs copies at a time: 128 KiB.
+const memGatherLen = 4096
+
+// gatherRefs copies the entries refs point to into dst, in order. The
+// entries are scattered over the index, so each is a cache miss; loads
+// that do not depend on each other overlap, where reading each entry as
+// the run writer needs it waited for one miss at a time (flushMem's own
+// CPU was 27 % of a flush that way).
+func (m *memIndex) gatherRefs(dst []memEntry, refs []uint64) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for i, r := range refs {
+		dst[i] = *m.refEntry(r)
+	}
+}
+
+// sortGenRefs sorts the references src (one generation) into dst by hash,
+// with counts as scratch, and returns counts for reuse.
+func (m *memIndex) sortGenRefs(src, dst []uint64, counts []int) []int {
+	n := len(src)
+	// At most 64k buckets (512 KiB of counts, kept by the store): a 1M-key
+	// index leaves 16 keys per bucket, sorted by comparing references.
+	shift := 64 - min(bits.Len(uint(n)), 16)
+	nb := 1 << (64 - shift)
+	counts = slices.Grow(counts[:0], nb+1)[:nb+1]
+	clear(counts)
+	for _, r := range src {
+		counts[1+int(r>>shift)]++
+	}
+	for i := 1; i <= nb; i++ {
+		counts[i] += counts[i-1]
+	}
+	for _, r := range src {
+		d := int(r >> shift)
+		dst[counts[d]] = r
+		counts[d]++
+	}
+	for i := 1; i < n; i++ {
+		for j := i; j > 0 && m.refLess(dst[j], dst[j-1]); j-- {
+			dst[j-1], dst[j] = dst[j], dst[j-1]
+		}
+	}
+	return counts
+}
+
+// refLess orders two references of one generation by hash.
+func (m *memIndex) refLess(a, b uint64) bool {
+	if a>>32 != b>>32 {
+		return a>>32 < b>>32
+	}
+	ea, eb := m.refEntry(a), m.refEntry(b)
+	return ea.h.Hi < eb.h.Hi || ea.h.Hi == eb.h.Hi && ea.h.Lo < eb.h.Lo
+}
+
+// refEntry returns the entry a reference of sortRefs points to.
+func (m *memIndex) refEntry(r uint64) *memEntry { return m.at(int(uint32(r))) }
 
 // sortMem sorts es by (gen, h), stably: equal keys keep their order, which
 // sortLoaded relies on to keep the last Load of a key (every branch below is

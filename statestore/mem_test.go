@@ -116,3 +116,62 @@ func TestSortLoadedKeepsLastLoad(t *testing.T) {
 		}
 	}
 }
+
+// TestMemSortRefs: the flusher's sorted references name every key of the
+// index once, in (generation, hash) order, at sizes below and above the
+// counting pass's bucket limit, with many hashes sharing the 32 bits a
+// reference carries (so the order falls to the entries) and buffers reused
+// from a larger sort.
+func TestMemSortRefs(t *testing.T) {
+	var refs, tmp []uint64
+	var counts []int
+	for _, n := range []int{0, 1, 7, 1000, 70000, 3000} {
+		m := newMemIndex(0, 0)
+		es := make([]entry, n)
+		for i := range es {
+			h := keyOf(3, uint64(i))
+			if i%3 == 0 {
+				h.Hi = h.Hi&0xFFFFFFFF00000000 | uint64(i%7) // shared top bits
+				h.Hi &^= 0x00000FFF00000000
+			}
+			es[i] = entry{gen: uint64(5 + i%4), h: h, version: uint64(i)}
+		}
+		m.putAll(es)
+		refs, tmp, counts = m.sortRefs(refs, tmp, counts)
+		want := m.sorted(0, true)
+		if len(refs) != len(want) {
+			t.Fatalf("n=%d: %d references, want %d", n, len(refs), len(want))
+		}
+		for i, r := range refs {
+			if got := *m.refEntry(r); got != want[i] {
+				t.Fatalf("n=%d: reference %d is %+v, want %+v", n, i, got, want[i])
+			}
+		}
+	}
+}
+
+// TestMemIndexHandoverRoom: an index sized for memKeys keys takes the
+// Commit that reaches memKeys without growing its table, even when that
+// Commit brings half as many keys again (a growth rehashed the whole index
+// and doubled its table for every later reuse).
+func TestMemIndexHandoverRoom(t *testing.T) {
+	keys := memKeysFor(4 << 20)
+	m := newMemIndex(0, keys)
+	slots := len(m.slots)
+	var es []entry
+	for i := range keys - 1 {
+		es = append(es, entry{gen: 1, h: keyOf(5, i)})
+	}
+	m.putAll(es)
+	es = es[:0]
+	for i := range keys / 2 {
+		es = append(es, entry{gen: 1, h: keyOf(6, i)})
+	}
+	m.putAll(es)
+	if len(m.slots) != slots {
+		t.Fatalf("table grew from %d to %d slots with %d keys (sized for %d)", slots, len(m.slots), m.len(), keys)
+	}
+	if uint64(m.len()) != keys-1+keys/2 {
+		t.Fatalf("%d keys, want %d", m.len(), keys-1+keys/2)
+	}
+}

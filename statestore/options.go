@@ -36,8 +36,9 @@ type Options struct {
 	// sstable index and Bloom filter blocks of the whole store (about 1.3
 	// bytes per key for a 10 bits/key filter, plus ~1 % of the data for
 	// indexes) so that a Get costs at most one data-block read. Pebble
-	// charges memtables to its block cache; the store adds their budget
-	// (3*MemTableSize) on top, so CacheSize is all for blocks.
+	// charges memtables to its block cache and the store its indexes of
+	// recent keys; the store adds both on top, so CacheSize is all for
+	// blocks.
 	//
 	// The default value is 128 MiB (DefaultCacheSize). It is ignored when
 	// Cache is set.
@@ -53,10 +54,12 @@ type Options struct {
 	// described under CacheSize.
 	Cache *pebble.Cache
 
-	// MemTableSize is the size of one memtable in bytes. A large memtable
-	// absorbs more Commits before a flush and makes each L0 file cover a
-	// larger share of the current generation. Up to two memtables exist at a
-	// time (the mutable one and the one being flushed).
+	// MemTableSize is the size in bytes of one index of recent keys (the
+	// layout's memtable: Commits go there, and it is written as runs when
+	// full). A store holds two (the active one and the one being written)
+	// and sort buffers of a third of one, and reserves them in its block
+	// cache. An index of 64 MiB holds 1M keys. Pebble's own memtable holds
+	// only metadata and is min(MemTableSize, 512 KiB).
 	//
 	// The default value is 64 MiB (DefaultMemTableSize); DESIGN asks for at
 	// least that in production. Values below 64 KiB are rejected.
@@ -151,12 +154,23 @@ func (o *Options) blockCache() (cache *pebble.Cache, release func()) {
 const memTableStopWrites = 2
 
 // pebbleCacheSize is the size of Pebble's block cache. Pebble charges every
-// allocated memtable to the block cache (cache.Reserve), so a 128 MiB cache
-// with 64 MiB memtables would hold no blocks at all once two memtables
-// exist. We add the memtable budget (the queued memtables plus the one Pebble
-// keeps for recycling) so that CacheSize bytes are left for blocks.
+// allocated memtable to the block cache (cache.Reserve), and the store its
+// indexes (indexReservation), so a 128 MiB cache with 64 MiB memtables
+// would hold no blocks at all once two memtables exist. We add the memtable
+// budget (the queued memtables plus the one Pebble keeps for recycling) and
+// the indexes so that CacheSize bytes are left for blocks.
 func (o *Options) pebbleCacheSize() int64 {
-	return o.CacheSize + int64(memTableStopWrites+1)*int64(o.MemTableSize)
+	return o.CacheSize + int64(memTableStopWrites+1)*int64(o.pebbleMemTableSize()) + int64(o.indexReservation())
+}
+
+// indexReservation is what a writable store reserves in its block cache for
+// its indexes of recent keys (memReservedBytes), so that one cache bounds
+// blocks, memtables and indexes together.
+func (o *Options) indexReservation() uint64 {
+	if o.ReadOnly {
+		return 0
+	}
+	return memReservedBytes(o.memKeys())
 }
 
 // bloomBitsPerKey gives a ~1 % false-positive rate per sstable; a Get miss
@@ -179,7 +193,7 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.
 		// The newest on-disk format: columnar blocks and the range-deletion
 		// optimisations that make whole-bucket expiry cheap.
 		FormatMajorVersion: pebble.FormatNewest,
-		MemTableSize:       o.MemTableSize,
+		MemTableSize:       o.pebbleMemTableSize(),
 		// Two memtables (one filling, one flushing) bound memtable memory
 		// at 2*MemTableSize per store (plus one kept for recycling); a stall
 		// there means the disk cannot keep up, and more memtables would only
@@ -198,7 +212,7 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.
 		L0StopWritesThreshold: 24,
 		// Lbase must hold several flushes worth of data, otherwise every
 		// flush cascades into an Lbase->Lbase+1 compaction.
-		LBaseMaxBytes: 4 * int64(o.MemTableSize),
+		LBaseMaxBytes: 4 * int64(o.pebbleMemTableSize()),
 		// One background compaction, a second only when compaction debt
 		// piles up (Pebble's default allows one): on a 2-core host more
 		// would take CPU from the stage. (1,1) measured the same at 3M keys;
@@ -210,6 +224,8 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.
 		// it soon after a range deletion instead.
 		FlushDelayDeleteRange: 10 * time.Second,
 	}
+	// Runs carry a filter of their own, sized when written (filter.go).
+	po.Filters = map[string]pebble.FilterPolicy{runFilterName: runFilter{}}
 	// Larger L0 files: a flush of a 64 MiB memtable yields ~4 files instead
 	// of ~30 at Pebble's 2 MiB default, fewer files for every later
 	// compaction and Get to consider. Deeper levels double from there.
@@ -236,8 +252,21 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.
 }
 
 // memKeys is how many keys the in-memory index of recent keys collects
-// before the flusher writes them as runs: MemTableSize worth of them (see
-// memBytesPerKey), at least 1024.
+// before the flusher writes them as runs: as many as an index of
+// MemTableSize bytes holds (memKeysFor), at least 1024.
 func (o *Options) memKeys() uint64 {
-	return max(1024, o.MemTableSize/memBytesPerKey)
+	return memKeysFor(o.MemTableSize)
+}
+
+// maxPebbleMemTableSize bounds Pebble's own memtable. With layout 2 it
+// holds only the store's metadata batches (state, floor, run registry: a
+// few hundred bytes per run written), so a large one only reserved cache
+// room it never used: three 64 MiB memtables took 192 MiB of a 512 MiB
+// budget.
+const maxPebbleMemTableSize = 512 << 10
+
+// pebbleMemTableSize is Pebble's memtable size: MemTableSize sizes the
+// index of recent keys, Pebble's memtable is at most 512 KiB.
+func (o *Options) pebbleMemTableSize() uint64 {
+	return min(o.MemTableSize, maxPebbleMemTableSize)
 }

@@ -195,14 +195,18 @@ type runWriter struct {
 	w      *sstable.Writer
 	inFile uint64 // keys in w
 	split  uint64 // keys per sstable (0: one sstable)
+	keys   uint64 // keys the run's filters are sized for
 	r      run
 	key    [bucketKeyLen]byte
 	val    [maxValueLen]byte
 }
 
-// newRunWriter starts leaf run id of gen; mergeRuns sets its leaf range.
-func (s *Store) newRunWriter(gen, id uint64) (*runWriter, error) {
-	rw := &runWriter{s: s, r: run{gen: gen, id: id, lo: id, hi: id}}
+// newRunWriter starts leaf run id of gen (mergeRuns sets its leaf range),
+// in sstables of at most split keys (0: one sstable), whose filters are
+// sized for keys keys in all (more are accepted, at a higher false-positive
+// rate).
+func (s *Store) newRunWriter(gen, id, keys, split uint64) (*runWriter, error) {
+	rw := &runWriter{s: s, r: run{gen: gen, id: id, lo: id, hi: id}, keys: keys, split: split}
 	return rw, rw.next()
 }
 
@@ -222,9 +226,23 @@ func (rw *runWriter) next() error {
 	}
 	rw.paths = append(rw.paths, path)
 	wo := rw.s.po.MakeWriterOptions(6, rw.s.db.TableFormat())
+	wo.FilterPolicy = runFilter{keys: rw.fileKeys()}
 	rw.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
 	rw.inFile = 0
 	return nil
+}
+
+// fileKeys is how many keys the next sstable's filter is sized for: the
+// keys the run has left, or fewer when the run is split.
+func (rw *runWriter) fileKeys() uint64 {
+	left := uint64(0)
+	if rw.keys > rw.r.keys {
+		left = rw.keys - rw.r.keys
+	}
+	if rw.split > 0 {
+		left = min(left, rw.split)
+	}
+	return max(left, 1)
 }
 
 // add appends h; keys must come in ascending hash order without repeats.
@@ -303,40 +321,83 @@ func (s *Store) runJob(fn func() error) error {
 // crash between the two leaves runs the registry does not name: Open deletes
 // them, and the commit log still holds their keys.
 func (s *Store) flushMem(job *flushJob) error {
-	var es []memEntry
+	// next returns the entries in (gen, hash) order, a batch at a time
+	// (nil at the end).
+	var next func() []memEntry
+	// keysOf is how many keys of gen the flush writes: its run's filter
+	// is sized for them.
+	var keysOf func(gen uint64) uint64
 	if job.mem != nil {
-		es = job.mem.sorted(0, true)
+		keysOf = job.mem.keysOf
+		s.flushRefs, s.flushTmp, s.flushCounts = job.mem.sortRefs(s.flushRefs, s.flushTmp, s.flushCounts)
+		refs, m := s.flushRefs, job.mem
+		if s.flushGather == nil {
+			s.flushGather = make([]memEntry, memGatherLen)
+		}
+		next = func() []memEntry {
+			n := min(len(refs), memGatherLen)
+			if n == 0 {
+				return nil
+			}
+			out := s.flushGather[:n]
+			m.gatherRefs(out, refs[:n])
+			refs = refs[n:]
+			return out
+		}
 	} else {
-		es = sortLoaded(job.loaded)
+		es := sortLoaded(job.loaded)
+		keysOf = func(gen uint64) uint64 {
+			lo, _ := slices.BinarySearchFunc(es, gen, func(e memEntry, g uint64) int { return cmpU64(e.gen, g) })
+			hi, _ := slices.BinarySearchFunc(es, gen+1, func(e memEntry, g uint64) int { return cmpU64(e.gen, g) })
+			return uint64(hi - lo)
+		}
+		next = func() []memEntry {
+			out := es
+			es = nil
+			return out
+		}
 	}
 	rs := s.runs.Load().clone()
 	var written []run
 	var paths []string
-	for start := 0; start < len(es); {
-		gen := es[start].gen
-		end := start + 1
-		for end < len(es) && es[end].gen == gen {
-			end++
+	var rw *runWriter // the run being written: the current generation's
+	finish := func() error {
+		r, err := rw.finish()
+		if err != nil {
+			return err
 		}
-		if gen >= job.floor {
-			rw, err := s.newRunWriter(gen, rs.next)
-			if err != nil {
-				return err
+		written = append(written, r)
+		paths = append(paths, rw.paths...)
+		rw = nil
+		return nil
+	}
+	for batch := next(); batch != nil; batch = next() {
+		for i := range batch {
+			e := &batch[i]
+			if e.gen < job.floor {
+				continue
 			}
-			rs.next++
-			for i := start; i < end; i++ {
-				if err := rw.add(es[i].h, es[i].version); err != nil {
-					return fmt.Errorf("write run %d: %w", rw.r.id, err)
+			if rw != nil && rw.r.gen != e.gen {
+				if err := finish(); err != nil {
+					return err
 				}
 			}
-			r, err := rw.finish()
-			if err != nil {
-				return err
+			if rw == nil {
+				var err error
+				if rw, err = s.newRunWriter(e.gen, rs.next, keysOf(e.gen), 0); err != nil {
+					return err
+				}
+				rs.next++
 			}
-			written = append(written, r)
-			paths = append(paths, rw.paths...)
+			if err := rw.add(e.h, e.version); err != nil {
+				return fmt.Errorf("write run %d: %w", rw.r.id, err)
+			}
 		}
-		start = end
+	}
+	if rw != nil {
+		if err := finish(); err != nil {
+			return err
+		}
 	}
 	if len(paths) > 0 {
 		if err := s.db.Ingest(context.Background(), paths); err != nil {
@@ -505,11 +566,14 @@ func (s *Store) mergeRuns(runs []run) error {
 	rs := s.runs.Load().clone()
 	id := rs.next
 	rs.next++
-	rw, err := s.newRunWriter(gen, id)
+	var keys uint64
+	for _, r := range runs {
+		keys += r.keys
+	}
+	rw, err := s.newRunWriter(gen, id, keys, s.merge.splitKeys)
 	if err != nil {
 		return err
 	}
-	rw.split = s.merge.splitKeys
 	rw.r.lo, rw.r.hi = runs[0].lo, runs[0].hi
 	for _, r := range runs[1:] {
 		rw.r.lo, rw.r.hi = min(rw.r.lo, r.lo), max(rw.r.hi, r.hi)

@@ -17,7 +17,7 @@ import (
 func TestScanSince(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	opts := testOptions(fs)
-	opts.MemTableSize = minMemTableSize // ~1.4k keys per index: many runs, merges
+	opts.MemTableSize = 72 << 10 // 1280 keys per index (memKeysFor): many runs, merges
 	s := mustOpen(t, "st", opts)
 	const commits, perCommit, markAt, floor = 40, 500, 24, 2
 	genOf := func(i uint64) uint64 { return 1 + i/10 } // generations 1..4

@@ -89,6 +89,15 @@ type Store struct {
 	reads *worker // runs the read-path Pebble calls where needed (see readOnCaller)
 
 	durableFloor uint64 // the floor recorded in Pebble (flusher only)
+	// unreserve releases the index memory reserved in the block cache at
+	// Open (Options.indexReservation); Close calls it (under wmu).
+	unreserve func()
+	// flushRefs, flushTmp and flushCounts are the flusher's sort buffers
+	// (memIndex.sortRefs), kept across flushes: 16 bytes per key of an
+	// index and up to 512 KiB of counts.
+	flushRefs, flushTmp []uint64
+	flushCounts         []int
+	flushGather         []memEntry // memGatherLen entries
 
 	mu    sync.Mutex // guards state and floor for readers
 	state State
@@ -153,6 +162,9 @@ func Open(dir string, opts Options) (*Store, error) {
 			err = errors.Join(err, cerr)
 		}
 		return fail(fmt.Errorf("statestore: open %s: %w", dbDir, err))
+	}
+	if n := opts.indexReservation(); n > 0 {
+		s.unreserve = cache.Reserve(int(n))
 	}
 	return s, nil
 }
@@ -664,6 +676,10 @@ func (s *Store) Close() error {
 	defer s.wmu.Unlock()
 	if s.closed.Swap(true) {
 		return ErrClosed
+	}
+	if s.unreserve != nil {
+		s.unreserve()
+		s.unreserve = nil
 	}
 	if err := s.fatal.get(); err != nil {
 		return err

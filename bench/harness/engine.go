@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/dedupstream/dedupstream/bench/resp"
 	"github.com/dedupstream/dedupstream/bench/workload"
+	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/dedupstream/dedupstream/statestore"
@@ -105,6 +107,8 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 	}
 	defer budget.Close() // after the stage's Close below: defers run last in, first out
 	opts := pipeline.Options{Store: budget.Options(statestore.Options{DisableWAL: c.NoWAL}, 1)}
+	// The GC target "dedupstream run" sets, for the stage's memory figures.
+	defer debug.SetGCPercent(job.TuneGC())
 	sys := SysDedup
 	if c.NoWAL {
 		sys = SysDedupNoWAL

@@ -21,7 +21,10 @@ import (
 //   - cache: the bytes of blocks in the store's shared Pebble block cache
 //     (C memory; Pebble allocates it outside the Go heap);
 //   - the rest of the RSS (other C memory: Pebble memtable arenas, cgo and
-//     allocator overhead) is RSS minus go minus cache.
+//     allocator overhead) is RSS minus go minus cache;
+//   - gcCPU: the share of the process's CPU time the GC took so far
+//     (/cpu/classes/gc/total over /cpu/classes/total, both estimates of
+//     the runtime), what a lower GC target costs.
 type memSampler struct {
 	mu    sync.Mutex
 	peaks map[string]memSample // by phase
@@ -36,6 +39,7 @@ type memSample struct {
 	phase                 string
 	rss, goMapped, goLive uint64
 	cache                 int64
+	gcCPU                 float64
 }
 
 // startMemSampler samples every period until stopped; cache reports the
@@ -46,6 +50,8 @@ func startMemSampler(period time.Duration, cache func() int64) *memSampler {
 		{Name: "/memory/classes/total:bytes"},
 		{Name: "/memory/classes/heap/released:bytes"},
 		{Name: "/gc/heap/live:bytes"},
+		{Name: "/cpu/classes/gc/total:cpu-seconds"},
+		{Name: "/cpu/classes/total:cpu-seconds"},
 	}
 	go func() {
 		defer close(m.done)
@@ -60,6 +66,9 @@ func startMemSampler(period time.Duration, cache func() int64) *memSampler {
 			rss := procStatus("VmRSS:")
 			metrics.Read(samples)
 			s := memSample{rss: rss, goMapped: samples[0].Value.Uint64() - samples[1].Value.Uint64(), goLive: samples[2].Value.Uint64()}
+			if total := samples[4].Value.Float64(); total > 0 {
+				s.gcCPU = samples[3].Value.Float64() / total
+			}
 			if cache != nil {
 				s.cache = cache()
 			}
@@ -102,8 +111,8 @@ func (m *memSampler) finish() []memSample {
 func (s memSample) String() string {
 	mib := func(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 	other := int64(s.rss) - int64(s.goMapped) - s.cache
-	return fmt.Sprintf("RSS peak %s in %s: Go runtime %s (live heap %s), block cache %s, other %.0f MiB",
-		mib(s.rss), s.phase, mib(s.goMapped), mib(s.goLive), mib(uint64(s.cache)), float64(other)/(1<<20))
+	return fmt.Sprintf("RSS peak %s in %s: Go runtime %s (live heap %s), block cache %s, other %.0f MiB; GC %.1f %% of CPU so far",
+		mib(s.rss), s.phase, mib(s.goMapped), mib(s.goLive), mib(uint64(s.cache)), float64(other)/(1<<20), 100*s.gcCPU)
 }
 
 // writeHeapProfile writes a heap profile (go tool pprof -sample_index

@@ -61,6 +61,7 @@ func cmdRun(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 
+	job.TuneGC()
 	opts := job.Options{Logger: log}
 	optionsHook(&opts)
 	j, err := job.New(cfg, opts)

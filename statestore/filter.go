@@ -1,0 +1,155 @@
+package statestore
+
+import (
+	"encoding/binary"
+	"hash/fnv"
+	"math/bits"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// runFilter is the sstable filter of a run: a blocked Bloom filter (each
+// key sets runFilterProbes bits in one 64-byte block) sized, when the run's
+// writer is created, for the keys the run will hold, so that keys set their
+// bits as they are written.
+//
+// Pebble's own Bloom writer keeps a 4-byte hash of every key until the
+// table is finished and only then sizes and fills the filter: a merge into
+// a run of 25M keys (one generation at 100M keys) held 100 MB of hashes,
+// which the Go runtime then kept as heap headroom. This one holds only the
+// filter itself: 10 bits (1.25 bytes) per key, about 1 % false positives,
+// as before. It reads a run key's hash bits directly (they are uniform),
+// other keys through FNV-1a.
+//
+// Encoding: the blocks, then the number of blocks (uint32 little-endian).
+// Tables written before it keep Pebble's filter, which Options.Filters
+// still names, so both are read.
+type runFilter struct {
+	keys uint64 // keys the writer is sized for (reads ignore it)
+}
+
+const (
+	runFilterName       = "dedupstream.runbloom.v1"
+	runFilterBlockBytes = 64
+	runFilterBlockBits  = runFilterBlockBytes * 8
+	runFilterProbes     = 7 // ln 2 x 10 bits per key
+	runFilterTrailer    = 4
+)
+
+var _ pebble.FilterPolicy = runFilter{}
+
+// Name implements pebble.FilterPolicy.
+func (runFilter) Name() string { return runFilterName }
+
+// runFilterBlocks is the filter size, in blocks, for n keys at
+// bloomBitsPerKey.
+func runFilterBlocks(n uint64) uint64 {
+	return max(1, (n*bloomBitsPerKey+runFilterBlockBits-1)/runFilterBlockBits)
+}
+
+// filterHash returns the two hashes of key: which block, and the probes
+// inside it.
+func filterHash(key []byte) (block, probes uint64) {
+	var a, b uint64
+	if len(key) == bucketKeyLen && key[0] == prefixBucket {
+		a, b = binary.BigEndian.Uint64(key[17:25]), binary.BigEndian.Uint64(key[25:33])
+	} else {
+		f := fnv.New64a()
+		_, _ = f.Write(key)
+		a = f.Sum64()
+		b = a ^ 0x9E3779B97F4A7C15
+	}
+	// Mix, so that the bits chosen here are independent of those the
+	// stage's Bloom front takes from the same hash.
+	return mix64(a ^ bits.RotateLeft64(b, 29)), mix64(b + 0x632BE59BD9B4E019)
+}
+
+func mix64(x uint64) uint64 {
+	x ^= x >> 31
+	x *= 0x7FB5D329728EA185
+	x ^= x >> 27
+	x *= 0x81DADEF4BC2DD44D
+	x ^= x >> 33
+	return x
+}
+
+// MayContain implements pebble.FilterPolicy.
+func (runFilter) MayContain(_ pebble.FilterType, f, key []byte) bool {
+	if len(f) < runFilterBlockBytes+runFilterTrailer {
+		return true // not a filter this code wrote: no answer
+	}
+	n := uint64(binary.LittleEndian.Uint32(f[len(f)-runFilterTrailer:]))
+	if n == 0 || n*runFilterBlockBytes != uint64(len(f)-runFilterTrailer) {
+		return true
+	}
+	block, probes := filterHash(key)
+	hi, _ := bits.Mul64(block, n)
+	blk := f[hi*runFilterBlockBytes : (hi+1)*runFilterBlockBytes]
+	for range runFilterProbes {
+		bit := probes & (runFilterBlockBits - 1)
+		if blk[bit>>3]&(1<<(bit&7)) == 0 {
+			return false
+		}
+		probes >>= 9
+	}
+	return true
+}
+
+// NewWriter implements pebble.FilterPolicy: a writer whose filter is
+// allocated now, for f.keys keys.
+func (f runFilter) NewWriter(pebble.FilterType) pebble.FilterWriter {
+	n := runFilterBlocks(f.keys)
+	return &runFilterWriter{buf: make([]byte, n*runFilterBlockBytes+runFilterTrailer), blocks: n}
+}
+
+type runFilterWriter struct {
+	buf    []byte // the blocks, then room for the trailer
+	blocks uint64
+	// pending holds the hashes of the last keys, whose bits are set
+	// together: each key's block is a cache miss in a large filter, and
+	// the misses of a group overlap where one key at a time, between the
+	// table writer's own work, waited for each (the writer's CPU per key
+	// halved).
+	pending [runFilterPending][2]uint64
+	n       int
+}
+
+const runFilterPending = 64
+
+// AddKey implements pebble.FilterWriter.
+func (w *runFilterWriter) AddKey(key []byte) {
+	block, probes := filterHash(key)
+	w.pending[w.n] = [2]uint64{block, probes}
+	if w.n++; w.n == runFilterPending {
+		w.setPending()
+	}
+}
+
+// setPending sets the bits of the pending keys.
+func (w *runFilterWriter) setPending() {
+	for _, p := range w.pending[:w.n] {
+		hi, _ := bits.Mul64(p[0], w.blocks)
+		blk := w.buf[hi*runFilterBlockBytes : (hi+1)*runFilterBlockBytes]
+		probes := p[1]
+		for range runFilterProbes {
+			bit := probes & (runFilterBlockBits - 1)
+			blk[bit>>3] |= 1 << (bit & 7)
+			probes >>= 9
+		}
+	}
+	w.n = 0
+}
+
+// Finish implements pebble.FilterWriter: it hands over the filter itself
+// (no copy) when dst is empty, as Pebble's table writer passes it. A
+// writer serves one table.
+func (w *runFilterWriter) Finish(dst []byte) []byte {
+	w.setPending()
+	binary.LittleEndian.PutUint32(w.buf[len(w.buf)-runFilterTrailer:], uint32(w.blocks))
+	out := w.buf
+	w.buf = nil
+	if len(dst) == 0 {
+		return out
+	}
+	return append(dst, out...)
+}
