@@ -191,8 +191,9 @@ type Job struct {
 	opts   Options
 	log    *slog.Logger
 	client *kafka.Client
-	raw    []string // the raw topics
-	topics []string // the stages' input: the raw topics, or the repartition topic
+	dialer *sink.Dialer // the producers' own produce connections, secured like client's
+	raw    []string     // the raw topics
+	topics []string     // the stages' input: the raw topics, or the repartition topic
 	codec  compress.Compression
 	partFn func(key []byte, n int) int // nil: no partition check
 	pc     pipeline.Config             // cfg's dedup section, parsed once in New
@@ -224,6 +225,7 @@ func New(cfg *config.Config, opts Options) (*Job, error) {
 		opts:   opts,
 		log:    opts.Logger,
 		client: &kafka.Client{Addr: kafka.TCP(cfg.Kafka.Brokers...), Transport: opts.Transport},
+		dialer: sink.DialerFor(opts.Transport),
 		raw:    slices.Clone(cfg.Input.Topics),
 		topics: slices.Clone(cfg.Input.Topics),
 		links:  newLinks(cfg.Kafka.UnreachableAfter, opts.Logger),

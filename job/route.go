@@ -80,6 +80,7 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 		Compression:        j.codec,
 		MaxBatchBytes:      lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
 		MaxInFlight:        cfg.Produce.MaxInFlight,
+		Dialer:             j.dialer,
 		Logger:             j.log,
 	})
 	if err != nil {
@@ -120,6 +121,7 @@ func (rt *router) run(ctx context.Context) error {
 			group: rt.j.cfg.Assignment.Mode == "group", log: rt.log}, err)
 	}
 	defer rt.in.close()
+	defer rt.prod.Close()
 	return d.run(ctx, rt)
 }
 

@@ -168,6 +168,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 		defer r.j.links.forget(r.p)
 	}
 	defer r.in.close()
+	defer r.prod.Close()
 	defer func() {
 		if cerr := r.stage.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("partition %d: close state: %w", r.p, cerr)
@@ -216,6 +217,7 @@ func (r *runner) connect() error {
 		Compression:        j.codec,
 		MaxBatchBytes:      r.lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
 		MaxInFlight:        cfg.Produce.MaxInFlight,
+		Dialer:             j.dialer,
 		Logger:             r.log,
 	})
 	if err != nil {

@@ -65,10 +65,12 @@ func (e *env) topic(partitions int32) string {
 	return name
 }
 
-// testConfig returns a config with short timeouts for tests.
+// config returns a config with short timeouts for tests; produce requests
+// go on the producer's own connections (Dialer), as in the job.
 func (e *env) config(txnID string) Config {
 	return Config{
 		Client:             &kafka.Client{Addr: kafka.TCP(e.brokers...), Transport: e.transport},
+		Dialer:             DialerFor(e.transport),
 		TransactionalID:    txnID,
 		TransactionTimeout: 30 * time.Second,
 		RequestTimeout:     2 * time.Second,

@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // The window: with MaxInFlight > 1, Produce sends a record batch and goes
@@ -40,6 +41,10 @@ type flight struct {
 	landed bool          // done was received: out is final
 	done   chan struct{} // capacity 1, reused with the flight
 	out    sendOutcome
+	// With a Dialer: the request written on the leader's connection,
+	// answered there (instead of done).
+	pipe *pipe
+	call *pipeCall
 }
 
 // produceAsync is Produce with a window of MaxInFlight requests: it
@@ -87,8 +92,43 @@ func (p *Producer) launch(ctx context.Context, tp topicPartition, recs []Record)
 	case code != 0:
 		f.out = codeOutcome(code, code)
 		f.landed = true
-	default:
+	case p.cfg.Dialer == nil:
 		go p.fly(ctx, f, leader)
+	default:
+		if err := p.blocked(leader); err != nil {
+			// A batch before this one failed: this one would reach the
+			// broker first and be refused out of sequence. It goes again
+			// with the window's resend, in order.
+			f.out = sendOutcome{kind: sendRetry, cause: err}
+			f.landed = true
+			return nil
+		}
+		pp, c, err := p.pipeSend(ctx, leader, tp, f.buf)
+		if err != nil {
+			f.out = produceOutcome(nil, err, tp)
+			f.landed = true
+			return nil
+		}
+		f.pipe, f.call = pp, c
+	}
+	return nil
+}
+
+// blocked returns why the next batch for leader must not be sent now: a
+// batch of the window before it already failed, or the connection its
+// predecessors went on broke (their outcomes are unknown, so a batch on a
+// new connection could overtake their resend).
+func (p *Producer) blocked(leader int32) error {
+	window := p.flights[:len(p.flights)-1] // all but the batch being sent
+	for _, f := range window {
+		if f.landed && f.out.kind != sendOK {
+			return fmt.Errorf("sink: batch sent after a failed one: %w", f.out.cause)
+		}
+		if f.pipe != nil && f.pipe.broker == leader {
+			if err := f.pipe.broken(); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -110,11 +150,18 @@ func (p *Producer) newFlight() *flight {
 }
 
 // wait waits for f's answer.
-func (f *flight) wait() {
-	if !f.landed {
-		<-f.done
-		f.landed = true
+func (f *flight) wait(ctx context.Context) {
+	if f.landed {
+		return
 	}
+	if f.call != nil {
+		res, err := f.pipe.wait(ctx, f.call)
+		f.out = produceOutcome(res, err, f.tp)
+		f.pipe, f.call = nil, nil
+	} else {
+		<-f.done
+	}
+	f.landed = true
 }
 
 // recycle returns the window's flights to the free list. A buffer whose
@@ -144,7 +191,7 @@ func (p *Producer) stored(f *flight, base int64) {
 // resends from there (resendWindow). An error leaves the window empty.
 func (p *Producer) land(ctx context.Context) error {
 	f := p.flights[0]
-	f.wait()
+	f.wait(ctx)
 	if f.out.kind != sendOK {
 		err := p.resendWindow(ctx)
 		p.recycle()
@@ -179,7 +226,7 @@ func (p *Producer) flush(ctx context.Context) error {
 func (p *Producer) resendWindow(ctx context.Context) error {
 	unknown := false
 	for _, f := range p.flights {
-		f.wait()
+		f.wait(ctx)
 		unknown = unknown || f.out.unknown
 	}
 	for _, f := range p.flights {
@@ -263,7 +310,7 @@ func (p *Producer) windowFailed(a *attempts, err error, unknown bool) error {
 func (p *Producer) settleWindow() (clean bool) {
 	clean = true
 	for _, f := range p.flights {
-		f.wait()
+		f.wait(context.Background()) // bounded by the request timeout
 		clean = clean && f.out.kind == sendOK
 	}
 	p.recycle()

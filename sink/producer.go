@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"net"
+	"strconv"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -72,6 +73,17 @@ type Config struct {
 	// inflight.go). Each request in flight holds a buffer of up to
 	// MaxBatchBytes. The default value is 1.
 	MaxInFlight int
+
+	// Dialer, when set, carries the producer's produce requests on
+	// connections of its own, one per broker, on which requests are
+	// written back to back and answered in order (pipe.go): the batches in
+	// flight reach the broker in sequence order. Give it the TLS and SASL
+	// settings of Client.Transport (DialerFor). Close closes them. When
+	// nil, produce requests go through Client.Transport, which serves one
+	// request per connection at a time: with MaxInFlight > 1 batches then
+	// travel on separate connections, may overtake each other and are
+	// resent. The default value is nil.
+	Dialer *Dialer
 
 	// Compression compresses every batch with one of kafka-go's codecs.
 	// The default value is compress.None.
@@ -199,6 +211,8 @@ type Producer struct {
 	txnCoord   int32            // -1 when unknown
 	groupCoord map[string]int32 // by group id
 	leaders    map[topicPartition]int32
+	addrs      map[int32]string         // broker addresses from the last Metadata
+	pipes      map[int32]*pipe          // by broker (Config.Dialer set)
 	seqs       map[topicPartition]int32 // next sequence per partition, this epoch
 
 	// Open transaction.
@@ -250,6 +264,8 @@ func NewProducer(cfg Config) (*Producer, error) {
 		txnCoord:   -1,
 		groupCoord: make(map[string]int32),
 		leaders:    make(map[topicPartition]int32),
+		addrs:      make(map[int32]string),
+		pipes:      make(map[int32]*pipe),
 		seqs:       make(map[topicPartition]int32),
 		txnParts:   make(map[topicPartition]struct{}),
 		txnGroups:  make(map[string]struct{}),
@@ -472,7 +488,11 @@ func (p *Producer) leader(ctx context.Context, tp topicPartition) (int32, kafka.
 		return -1, 0, fmt.Errorf("metadata: %w", err)
 	}
 	code := kafka.UnknownTopicOrPartition
-	for _, t := range res.(*metadata.Response).Topics {
+	md := res.(*metadata.Response)
+	for _, b := range md.Brokers {
+		p.addrs[b.NodeID] = net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port)))
+	}
+	for _, t := range md.Topics {
 		if t.Name != tp.topic {
 			continue
 		}
@@ -517,7 +537,48 @@ func (p *Producer) send(ctx context.Context, broker int32, req protocol.Message)
 // connection to the broker could be had.
 func notSent(err error) bool {
 	var op *net.OpError
-	return errors.Is(err, kafka.BrokerNotAvailable) || errors.As(err, &op) && op.Op == "dial"
+	var de *dialError
+	return errors.Is(err, kafka.BrokerNotAvailable) || errors.As(err, &op) && op.Op == "dial" || errors.As(err, &de)
+}
+
+// dialError is a failure to open a produce connection: the request that
+// needed it was not sent.
+type dialError struct{ err error }
+
+func (e *dialError) Error() string { return e.err.Error() }
+func (e *dialError) Unwrap() error { return e.err }
+
+// pipeTo returns the produce connection to broker, dialling a new one when
+// there is none or the last one broke or idled too long.
+func (p *Producer) pipeTo(ctx context.Context, broker int32) (*pipe, error) {
+	if pp := p.pipes[broker]; pp != nil {
+		if pp.usable(time.Now()) {
+			return pp, nil
+		}
+		pp.close()
+		delete(p.pipes, broker)
+	}
+	addr, ok := p.addrs[broker]
+	if !ok {
+		return nil, &dialError{fmt.Errorf("sink: no address known for broker %d: %w", broker, kafka.BrokerNotAvailable)}
+	}
+	pp, err := p.cfg.Dialer.dialPipe(ctx, broker, addr)
+	if err != nil {
+		return nil, &dialError{err}
+	}
+	p.pipes[broker] = pp
+	return pp, nil
+}
+
+// Close closes the producer's produce connections (Config.Dialer); requests
+// still out on them end with unknown outcomes. The producer dials again if
+// used after Close.
+func (p *Producer) Close() error {
+	for b, pp := range p.pipes {
+		pp.close()
+		delete(p.pipes, b)
+	}
+	return nil
 }
 
 // attempts tracks the retries of one call.

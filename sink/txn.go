@@ -484,10 +484,36 @@ func (p *Producer) produceAttempt(ctx context.Context, tp topicPartition, buf []
 }
 
 // sendTo sends buf once to the broker leader and classifies the answer.
-// It changes no producer state, so the requests of the window run it
-// concurrently.
+// It changes no producer state but the produce connections, so the
+// requests of the window (without a Dialer) run it concurrently.
 func (p *Producer) sendTo(ctx context.Context, leader int32, tp topicPartition, buf []byte) sendOutcome {
-	res, err := p.send(ctx, leader, &rawproduce.Request{
+	if p.cfg.Dialer != nil {
+		pp, c, err := p.pipeSend(ctx, leader, tp, buf)
+		if err != nil {
+			return produceOutcome(nil, err, tp)
+		}
+		res, err := pp.wait(ctx, c)
+		return produceOutcome(res, err, tp)
+	}
+	res, err := p.send(ctx, leader, p.produceRequest(tp, buf))
+	return produceOutcome(res, err, tp)
+}
+
+// pipeSend writes buf as a produce request on the leader's produce
+// connection and returns without waiting for the answer. Once it returns,
+// buf is no longer read.
+func (p *Producer) pipeSend(ctx context.Context, leader int32, tp topicPartition, buf []byte) (*pipe, *pipeCall, error) {
+	pp, err := p.pipeTo(ctx, leader)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := pp.send(p.produceRequest(tp, buf), p.cfg.RequestTimeout)
+	return pp, c, err
+}
+
+// produceRequest is the produce request of one encoded batch, acks=all.
+func (p *Producer) produceRequest(tp topicPartition, buf []byte) protocol.Message {
+	return &rawproduce.Request{
 		TransactionalID: p.cfg.TransactionalID,
 		Acks:            -1,
 		Timeout:         int32(p.cfg.RequestTimeout.Milliseconds() * 3 / 4),
@@ -498,7 +524,12 @@ func (p *Producer) sendTo(ctx context.Context, leader int32, tp topicPartition, 
 				RecordSet: protocol.RawRecordSet{Reader: bytes.NewReader(buf)},
 			}},
 		}},
-	})
+	}
+}
+
+// produceOutcome classifies the answer (or the transport's error) of one
+// produce request for tp.
+func produceOutcome(res protocol.Message, err error, tp topicPartition) sendOutcome {
 	if err != nil {
 		return sendOutcome{kind: sendRetryLeader, unknown: !notSent(err), cause: err}
 	}
