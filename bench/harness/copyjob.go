@@ -74,11 +74,18 @@ func (c *CopyJob) Run(ctx context.Context, ready func()) error {
 }
 
 func (c *CopyJob) partition(ctx context.Context, p int, ready func()) error {
+	// Produce requests on the producer's own connections, as the job sends them.
+	var dialer *sink.Dialer
+	if t, ok := c.Client.Transport.(*kafka.Transport); ok {
+		dialer = sink.DialerFor(t)
+	}
 	prod, err := sink.NewProducer(sink.Config{Client: c.Client, TransactionalID: fmt.Sprintf("%s-%d", c.Group, p),
-		MaxBatchBytes: cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes)), MaxInFlight: c.MaxInFlight})
+		MaxBatchBytes: cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes)), MaxInFlight: c.MaxInFlight,
+		Dialer: dialer})
 	if err != nil {
 		return err
 	}
+	defer prod.Close()
 	if err := prod.Init(ctx); err != nil {
 		return err
 	}
