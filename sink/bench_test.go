@@ -149,3 +149,45 @@ func reportRates(b *testing.B, perOp time.Duration) {
 	cycles := (benchRecordsPerOp + benchCommitEvery - 1) / benchCommitEvery
 	b.ReportMetric(float64(perOp.Milliseconds())/float64(cycles), "ms/cycle")
 }
+
+// BenchmarkProduceInFlight alternates, in every iteration, producers that
+// differ only in how their produce requests travel: one at a time through
+// the Transport (the old default), and on the producer's own connection
+// with 1 and with 5 requests in flight. It reports each one's records/s and
+// the ratios to the first. Against KAFKA_BROKERS behind a delay (testenv's
+// netns mode) it shows what the window gains per round trip.
+func BenchmarkProduceInFlight(b *testing.B) {
+	e := newEnv(b)
+	in := e.topic(1)
+	recs := benchRecords(benchRecordsPerOp, benchValueBytes)
+	arms := []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"transport-1", func(c *Config) { c.Dialer = nil }},
+		{"pipe-1", func(c *Config) {}},
+		{"pipe-5", func(c *Config) { c.MaxInFlight = 5 }},
+	}
+	prods := make([]*Producer, len(arms))
+	topics := make([]string, len(arms))
+	for i, a := range arms {
+		prods[i] = e.producer("bench-"+a.name, a.mod)
+		b.Cleanup(func() { prods[i].Close() })
+		topics[i] = e.topic(1)
+	}
+	took := make([]time.Duration, len(arms))
+	for b.Loop() {
+		for i, p := range prods {
+			t := time.Now()
+			sinkCycles(b, p, topics[i], in, recs)
+			took[i] += time.Since(t)
+		}
+	}
+	n := float64(b.N * benchRecordsPerOp)
+	for i, a := range arms {
+		b.ReportMetric(n/took[i].Seconds(), a.name+"-records/s")
+		if i > 0 {
+			b.ReportMetric(took[0].Seconds()/took[i].Seconds(), a.name+"/"+arms[0].name)
+		}
+	}
+}

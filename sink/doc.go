@@ -55,10 +55,27 @@
 // only. Answers are taken in send order; when one is not a success, every
 // request still out is waited for and that batch and every later one that
 // did not succeed are resent one at a time, in order, so nothing is stored
-// out of order or twice. kafka-go's transport sends concurrent requests on
-// separate connections, so a later batch may reach the broker first; it is
-// then refused as out of sequence and resent like any other. See
-// inflight.go.
+// out of order or twice. See inflight.go.
+//
+// # Produce connections
+//
+// With Config.Dialer set (the job always sets it, with the TLS and SASL of
+// its Transport: DialerFor) produce requests go on the producer's own
+// connection to each leader (pipe.go): written back to back in sequence
+// order, answers read in order and matched by correlation id. A broker
+// reads a connection's next request only after answering the previous one,
+// so the batches of a window reach the log in sequence order and none is
+// refused as out of sequence; the network round trips overlap. When the
+// connection breaks (lost, cut, an answer missing past RequestTimeout or
+// out of order) every request out on it has an unknown outcome and the
+// window's rules apply: resent in order on a new connection, or the
+// transaction ends ambiguous. Metadata and coordinator requests stay on
+// the Transport.
+//
+// Without a Dialer produce requests go through kafka.Transport, which
+// serves one request per connection at a time: requests in flight then
+// travel on separate connections and a later batch may reach the broker
+// first; it is refused as out of sequence and resent like any other.
 //
 // # Delivery guarantees
 //
@@ -105,4 +122,7 @@
 //
 // A Producer is driven by one goroutine. Producers of several stages may
 // run concurrently on one kafka.Transport, which multiplexes their requests.
+// Each producer has its own produce connections (a broker handles one
+// request of a connection at a time, so stages sharing one would wait for
+// each other's replication); Close closes them.
 package sink
