@@ -79,7 +79,10 @@ type run struct {
 	memtable string
 	// stateDir is the job's state directory.
 	stateDir string
-	mu       sync.Mutex
+	// produce, when set, is the job config's produce section (a YAML flow
+	// mapping).
+	produce string
+	mu      sync.Mutex
 }
 
 // begin skips unless the suite was asked for, then sets up a run: seed,
@@ -217,6 +220,9 @@ commit: {interval: 50ms, max_records: 1000, shutdown_timeout: 20s}
 log: {level: info, format: text}
 metrics: {listen: "127.0.0.1:0"}
 `, r.id, strings.Join(r.brokers, ", "), r.raw, r.out, r.dlq, assignment, stateDir, r.memtable)
+	if r.produce != "" {
+		cfg += "produce: " + r.produce + "\n"
+	}
 	if err := os.WriteFile(path, []byte(cfg), 0o644); err != nil {
 		r.t.Fatal(err)
 	}

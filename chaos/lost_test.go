@@ -17,8 +17,14 @@ import (
 // broker applied the request, the job never hears so. Half the losses
 // close the connection, half stall it until the job's request timeout.
 // Each loss is an ambiguous outcome the job must resolve by recovery.
+//
+// Five produce requests are in flight, in batches of 8 KiB (several per
+// cycle), on the job's own produce connection to each broker, so Produce
+// responses are lost with more requests out behind them on the same
+// connection; the run must have lost at least one so.
 func TestLostResponses(t *testing.T) {
 	r := begin(t)
+	r.produce = "{batch_max_bytes: 8KiB, max_in_flight: 5}"
 	perMille := r.n(100, 50)
 	w := r.workload(r.n(6_000, 20_000))
 	prod := r.producer()
@@ -74,6 +80,11 @@ func TestLostResponses(t *testing.T) {
 	st := j.job.Stats()
 	lost := ps.Lost()
 	r.event("lost %d Produce and %d EndTxn responses; job: %d recoveries, %d cycles", lost[apiProduce], lost[apiEndTxn], st.Recoveries, st.Cycles)
+	behind := ps.LostBehind()
+	r.event("%d of the lost Produce responses had more Produce requests out behind them on their connection", behind[apiProduce])
+	if behind[apiProduce] == 0 {
+		t.Errorf("no Produce response was lost with more produce requests out on its connection: the window was not exercised")
+	}
 	if lost[apiProduce] == 0 || lost[apiEndTxn] == 0 {
 		t.Errorf("the run lost %d Produce and %d EndTxn responses; both kinds must be exercised", lost[apiProduce], lost[apiEndTxn])
 	}

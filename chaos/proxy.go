@@ -40,12 +40,15 @@ type Proxy struct {
 	target string
 	decide Decide
 
-	// Lost counts responses dropped, per api key.
-	mu    sync.Mutex
-	lost  map[int16]int
-	conns map[net.Conn]struct{}
-	done  atomic.Bool
-	wg    sync.WaitGroup
+	// Lost counts responses dropped, per api key; behind those of them
+	// with another request of the same api key still out on the
+	// connection (a produce window pipelined on one connection).
+	mu     sync.Mutex
+	lost   map[int16]int
+	behind map[int16]int
+	conns  map[net.Conn]struct{}
+	done   atomic.Bool
+	wg     sync.WaitGroup
 }
 
 // NewProxy starts a proxy in front of the broker at target.
@@ -54,7 +57,7 @@ func NewProxy(target string, decide Decide) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, target: target, decide: decide, lost: map[int16]int{}, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{ln: ln, target: target, decide: decide, lost: map[int16]int{}, behind: map[int16]int{}, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -155,18 +158,24 @@ func (p *Proxy) serve(client, broker net.Conn) {
 		mu.Lock()
 		key, ok := pending[corr]
 		delete(pending, corr)
+		others := 0
+		for _, k := range pending {
+			if k == key {
+				others++
+			}
+		}
 		mu.Unlock()
 		if !ok {
 			return true
 		}
 		switch p.decide(key) {
 		case LoseAndClose:
-			p.count(key)
+			p.count(key, others)
 			client.Close()
 			broker.Close()
 			return false
 		case LoseAndStall:
-			p.count(key)
+			p.count(key, others)
 			stalled = true
 			return false
 		}
@@ -181,10 +190,25 @@ func (p *Proxy) serve(client, broker net.Conn) {
 	client.Close()
 }
 
-func (p *Proxy) count(key int16) {
+func (p *Proxy) count(key int16, others int) {
 	p.mu.Lock()
 	p.lost[key]++
+	if others > 0 {
+		p.behind[key]++
+	}
 	p.mu.Unlock()
+}
+
+// LostBehind returns, per api key, how many dropped responses had another
+// request of the same key still out on their connection.
+func (p *Proxy) LostBehind() map[int16]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[int16]int, len(p.behind))
+	for k, v := range p.behind {
+		out[k] = v
+	}
+	return out
 }
 
 // forwardFrames copies size-prefixed messages from src to dst while pass
@@ -251,6 +275,17 @@ func (ps Proxies) Lost() map[int16]int {
 	sum := map[int16]int{}
 	for _, p := range ps {
 		for k, v := range p.Lost() {
+			sum[k] += v
+		}
+	}
+	return sum
+}
+
+// LostBehind sums Proxy.LostBehind over all proxies.
+func (ps Proxies) LostBehind() map[int16]int {
+	sum := map[int16]int{}
+	for _, p := range ps {
+		for k, v := range p.LostBehind() {
 			sum[k] += v
 		}
 	}
