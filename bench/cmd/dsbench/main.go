@@ -86,7 +86,7 @@ func run(args []string) int {
 	interval := fs.Duration("commit-interval", 100*time.Millisecond, "e2e: commit interval of both jobs")
 	maxRecords := fs.Int("commit-max-records", 50_000, "e2e: records per commit cycle of both jobs")
 	fetchBytes := fs.String("fetch-max-bytes", "", "e2e, kafka: per-partition fetch limit of both jobs (default the job's, "+config.DefaultFetchPartitionMaxBytes.String()+")")
-	maxInFlight := fs.Int("max-in-flight", 0, "e2e, kafka: produce requests in flight per transaction of both jobs (default the job's, 1: one at a time)")
+	maxInFlight := fs.Int("max-in-flight", 0, "e2e, kafka: produce requests in flight per transaction of both jobs (default the job's, 5; 1: one at a time)")
 	noAhead := fs.Bool("no-fetch-ahead", false, "e2e, kafka: turn the job's fetch.ahead off")
 	batchBytes := fs.String("produce-batch-bytes", "", "e2e, kafka: produce batch limit of both jobs (default the job's, "+config.DefaultProduceBatchMaxBytes.String()+")")
 	routes := fs.String("routes", "", "kafka: named broker lists, NAME=host:port,...;NAME=... (the first creates topics and reads outputs back unless -setup-route)")
