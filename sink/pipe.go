@@ -110,7 +110,7 @@ func (d *Dialer) dialPipe(ctx context.Context, broker int32, address string) (*p
 	}
 	nc, err := dial(ctx, "tcp", address)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sink: produce connection to broker %d (%s): %w", broker, address, err)
 	}
 	p, err := d.setup(ctx, nc, broker, address)
 	if err != nil {
