@@ -262,6 +262,13 @@ func (p *Producer) resendWindow(ctx context.Context) error {
 				if !a.again(f.out.cause) {
 					return p.windowFailed(a, a.fail(ClassRetriable, f.out.code, f.out.cause), unknown)
 				}
+			case sendAmbiguous:
+				if p.cfg.Dialer != nil {
+					// On one connection nothing overtakes: the broker
+					// disagrees with our producer state, as when one
+					// batch at a time is sent (sendBatch).
+					return p.windowFailed(a, p.ambiguousProduce(a, f.tp, f.out), true)
+				}
 			}
 		}
 		base, unk, err := p.sendBatch(a, f.tp, f.buf)

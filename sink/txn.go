@@ -427,16 +427,7 @@ func (p *Producer) sendBatch(a *attempts, tp topicPartition, buf []byte) (base i
 		case sendFatal:
 			return -1, unknown, a.fail(ClassFatal, o.code, o.cause)
 		case sendAmbiguous:
-			if o.code == kafka.InvalidTransactionState {
-				// Our transaction no longer holds the partition: the
-				// coordinator ended it. Ask it whether our epoch is still
-				// current (brokers answer INVALID_PRODUCER_EPOCH here
-				// directly; kfake does not).
-				if perr := p.addPartition(a.ctx, tp); ClassOf(perr) == ClassFenced {
-					return -1, unknown, perr
-				}
-			}
-			return -1, unknown, a.ambiguous(o.code, o.cause)
+			return -1, unknown, p.ambiguousProduce(a, tp, o)
 		}
 		if !a.again(o.cause) {
 			if unknown {
@@ -445,6 +436,20 @@ func (p *Producer) sendBatch(a *attempts, tp topicPartition, buf []byte) (base i
 			return -1, unknown, a.fail(ClassRetriable, o.code, o.cause)
 		}
 	}
+}
+
+// ambiguousProduce is the error of a produce answered with a code that
+// says the broker's view of the producer differs from ours.
+func (p *Producer) ambiguousProduce(a *attempts, tp topicPartition, o sendOutcome) error {
+	if o.code == kafka.InvalidTransactionState {
+		// Our transaction no longer holds the partition: the coordinator
+		// ended it. Ask it whether our epoch is still current (brokers
+		// answer INVALID_PRODUCER_EPOCH here directly; kfake does not).
+		if perr := p.addPartition(a.ctx, tp); ClassOf(perr) == ClassFenced {
+			return perr
+		}
+	}
+	return a.ambiguous(o.code, o.cause)
 }
 
 // sendKind is what one produce attempt tells the retry policy to do.
