@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -69,10 +70,16 @@ func DialerFor(t *kafka.Transport) *Dialer {
 // unknown outcome.
 const pipeMaxIdle = time.Minute
 
+// pipeGrace is how long an answer whose deadline passed is waited for
+// once more before the pipe breaks: a process that stood still (stopped,
+// or its machine paused) past a deadline finds the answers that arrived
+// meanwhile in its socket buffer, and must not call them lost.
+const pipeGrace = 100 * time.Millisecond
+
 type pipe struct {
 	broker   int32
 	nc       net.Conn
-	br       io.Reader // buffered, over nc
+	br       *protocol.Conn // reads nc, buffered
 	clientID string
 	version  int16 // of Produce, negotiated
 
@@ -257,7 +264,16 @@ func (p *pipe) read() {
 		c := p.queue[0]
 		p.mu.Unlock()
 		p.nc.SetReadDeadline(c.deadline)
-		id, res, err := protocol.ReadResponse(p.br, protocol.Produce, p.version)
+		_, err := p.br.Peek(4) // consumes nothing
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			p.nc.SetReadDeadline(time.Now().Add(pipeGrace))
+			_, err = p.br.Peek(4)
+		}
+		var id int32
+		var res protocol.Message
+		if err == nil {
+			id, res, err = protocol.ReadResponse(p.br, protocol.Produce, p.version)
+		}
 		if err == nil && id != c.id {
 			err = fmt.Errorf("answer with correlation id %d, want %d", id, c.id)
 		}
