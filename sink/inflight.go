@@ -24,7 +24,11 @@ import (
 // reordered or stored twice; a batch that cannot be resent ends the
 // transaction: ambiguous when any request of the window has an unknown
 // outcome (Abort then bumps the epoch), else failed, with each partition's
-// sequence set back to its first batch not stored.
+// sequence set back to its first batch not stored. On the producer's own
+// connection (Config.Dialer) nothing overtakes, so when the first failed
+// batch's own answer says the broker disagrees with our producer state
+// (out of sequence, unknown producer id) the transaction ends ambiguous
+// at once, as it does with one batch at a time.
 
 // MaxInFlightLimit is the most produce requests a producer keeps in flight:
 // the number of batches per producer and partition a broker remembers to

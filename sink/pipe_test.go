@@ -173,3 +173,35 @@ func TestPipeBreaks(t *testing.T) {
 		})
 	}
 }
+
+// TestPipeGraceAfterDeadline: an answer that is there just after its
+// deadline (as after the process stood still past it) is read, not called
+// lost.
+func TestPipeGraceAfterDeadline(t *testing.T) {
+	addr := scriptedBroker(t, func(c net.Conn, next func() (frame, bool)) {
+		f, ok := next()
+		if !ok {
+			return
+		}
+		time.Sleep(40 * time.Millisecond)
+		answer(c, f, 7)
+		next()
+	})
+	p := &Producer{cfg: Config{TransactionalID: "x"}}
+	pp, err := (&Dialer{Timeout: 5 * time.Second}).dialPipe(context.Background(), 1, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pp.close()
+	c, err := pp.send(pipeRequest(p), 10*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := pp.wait(context.Background(), c)
+	if err != nil {
+		t.Fatalf("answer 30 ms past the deadline, within the %v grace: %v", pipeGrace, err)
+	}
+	if base := res.(*produce.Response).Topics[0].Partitions[0].BaseOffset; base != 7 {
+		t.Errorf("base offset %d, want 7", base)
+	}
+}
