@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -72,17 +73,7 @@ func BenchmarkLayout(b *testing.B) {
 			})
 		}},
 	}
-	if v := os.Getenv("LAYOUT_VARIANTS"); v != "" {
-		keep := variants[:0]
-		for _, vr := range variants {
-			for _, name := range splitComma(v) {
-				if vr.name == name {
-					keep = append(keep, vr)
-				}
-			}
-		}
-		variants = keep
-	}
+	variants = pickNamed(os.Getenv("LAYOUT_VARIANTS"), variants, func(i int) string { return variants[i].name })
 	for _, n := range sizes {
 		for _, vr := range variants {
 			b.Run(fmt.Sprintf("keys=%s/%s", countName(n), vr.name), func(b *testing.B) {
@@ -93,6 +84,22 @@ func BenchmarkLayout(b *testing.B) {
 			})
 		}
 	}
+}
+
+// pickNamed keeps the elements of vs whose names (name(i) of vs[i]) the
+// comma list list names, in their order in vs; all of vs when list is
+// empty. Benchmarks select their variants with it from the environment.
+func pickNamed[T any](list string, vs []T, name func(i int) string) []T {
+	if list == "" {
+		return vs
+	}
+	var keep []T
+	for i := range vs {
+		if slices.Contains(splitComma(list), name(i)) {
+			keep = append(keep, vs[i])
+		}
+	}
+	return keep
 }
 
 func splitComma(s string) []string {

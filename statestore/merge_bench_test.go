@@ -60,17 +60,7 @@ func BenchmarkMergePolicy(b *testing.B) {
 		{"fanout8-split4", mergePolicy{fanout: 8, splitKeys: 4 * base}},
 		{"fanout8-excise", mergePolicy{fanout: 8, excise: true}},
 	}
-	if v := os.Getenv("MERGE_VARIANTS"); v != "" {
-		keep := variants[:0]
-		for _, vr := range variants {
-			for _, name := range splitComma(v) {
-				if vr.name == name {
-					keep = append(keep, vr)
-				}
-			}
-		}
-		variants = keep
-	}
+	variants = pickNamed(os.Getenv("MERGE_VARIANTS"), variants, func(i int) string { return variants[i].name })
 	for _, vr := range variants {
 		b.Run(fmt.Sprintf("keys=%s/%s", countName(n), vr.name), func(b *testing.B) {
 			for b.Loop() {
