@@ -354,9 +354,12 @@ func (j *Job) runStages(ctx context.Context, parts []int, lay layout, group sink
 		mu.Unlock()
 		cancel(err)
 	}
+	gate := newStartGate(len(parts))
 	for _, p := range parts {
 		wg.Go(func() {
-			if err := newRunner(j, p, lay, group).run(ctx); err != nil {
+			r := newRunner(j, p, lay, group)
+			r.gate = gate
+			if err := r.run(ctx); err != nil {
 				fail(err)
 			}
 		})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -95,4 +96,56 @@ func (r *runner) checkStatePartitions(ck Checkpoint) error {
 	return fatalf("%w: state %s was built for %d partitions, the topics now have %d: run `dedupstream migrate --config FILE` "+
 		"with every instance stopped (it rebuilds the state under %d partitions; see docs/scaling.md), or remove the state directory and start under a new job.id",
 		ErrPartitionCount, r.j.stateDir(r.p), ck.Partitions, r.lay.partitions, r.lay.partitions)
+}
+
+// checkOpenedState refuses, right after the stage opened, a store built
+// for another partition count (the check recover repeats for stages that
+// start later, after a rebalance).
+func (r *runner) checkOpenedState() error {
+	ck, err := DecodeCheckpoint(r.stage.State().Checkpoint)
+	if err != nil {
+		return fatalf("state %s: %w", r.j.stateDir(r.p), err)
+	}
+	return r.checkStatePartitions(ck)
+}
+
+// startGate holds the stages that start together back until every one of
+// them has opened its state and checked the partition count it was built
+// for. Without it, when one store refuses (it was built for another count
+// and the group's offsets that would have refused first have expired),
+// the stages of the new partitions, whose stores are empty and pass, could
+// commit a cycle of replays as new keys before the refusal stops the job.
+type startGate struct {
+	wg   sync.WaitGroup
+	open chan struct{} // closed once every stage passed or failed
+}
+
+func newStartGate(stages int) *startGate {
+	g := &startGate{open: make(chan struct{})}
+	g.wg.Add(stages)
+	go func() {
+		g.wg.Wait()
+		close(g.open)
+	}()
+	return g
+}
+
+// pass reports one stage's check (ok false: it failed) and, when ok, waits
+// for the others; it reports whether the stage may go on. A failing stage
+// cancels ctx (runStages), which releases the others with false. A nil
+// gate lets every stage go.
+func (g *startGate) pass(ctx context.Context, ok bool) bool {
+	if g == nil {
+		return ok
+	}
+	g.wg.Done()
+	if !ok {
+		return false
+	}
+	select {
+	case <-g.open:
+		return ctx.Err() == nil
+	case <-ctx.Done():
+		return false
+	}
 }

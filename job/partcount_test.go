@@ -124,6 +124,12 @@ func TestPartitionCountChange(t *testing.T) {
 	if err := r.wait(t, 60*time.Second); !errors.Is(err, job.ErrPartitionCount) || !strings.Contains(err.Error(), cfg6.State.Dir) {
 		t.Fatalf("store built for 4 partitions: want ErrPartitionCount naming the state directory, got %v", err)
 	}
+	// No stage may start its recovery (and then emit) before every store
+	// of the start was checked: the stores of partitions 4 and 5 are new
+	// and pass, and would read the replays as new keys.
+	if n := r.job.Stats().Recoveries; n != 0 {
+		t.Errorf("the refused start ran %d recoveries: stages went on before every store was checked", n)
+	}
 
 	ms, err = job.Migrate(e.ctx(120*time.Second), cfg6, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second})
 	if err != nil {

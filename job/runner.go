@@ -27,6 +27,7 @@ type runner struct {
 	p     int
 	lay   layout
 	group sink.Group // the membership sent with the input offsets
+	gate  *startGate // holds the stages started together until all checked their state (nil: none)
 	log   *slog.Logger
 
 	stage *pipeline.Stage
@@ -161,6 +162,7 @@ func classify(err error) kind {
 // ends or a failure is not transient.
 func (r *runner) run(ctx context.Context) (err error) {
 	if err := r.open(); err != nil {
+		r.gate.pass(ctx, false)
 		return err
 	}
 	if r.group.MemberID != "" {
@@ -177,6 +179,9 @@ func (r *runner) run(ctx context.Context) (err error) {
 	hint := fmt.Sprintf("another instance took over transactional id %q (is this partition assigned to two instances?)", r.prod.TransactionalID())
 	if r.group.MemberID != "" {
 		hint = "the partition moved to another group member (a rebalance, or this member missed its heartbeats)"
+	}
+	if err := r.checkOpenedState(); !r.gate.pass(ctx, err == nil) {
+		return err // nil when another stage failed: runStages reports it
 	}
 	d := r.j.newDriver(fmt.Sprintf("partition %d", r.p), hint, r.log)
 	d.ready = r.setReady
