@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -70,11 +71,7 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) Lost() map[int16]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[int16]int, len(p.lost))
-	for k, v := range p.lost {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(p.lost)
 }
 
 // Close stops accepting, closes every open connection and waits for the
@@ -204,11 +201,7 @@ func (p *Proxy) count(key int16, others int) {
 func (p *Proxy) LostBehind() map[int16]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[int16]int, len(p.behind))
-	for k, v := range p.behind {
-		out[k] = v
-	}
-	return out
+	return maps.Clone(p.behind)
 }
 
 // forwardFrames copies size-prefixed messages from src to dst while pass
