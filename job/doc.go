@@ -16,7 +16,11 @@
 // commit.interval divided by the number of topics for data. Stage p's
 // transactional id is "<job.id>-<p>", its input offsets are committed for
 // consumer group "<job.id>", and its state lives in
-// "<state.dir>/partition-<p>". Dead-lettered records of
+// "<state.dir>/partition-<p>". The job's partition count is recorded
+// with the committed offsets, in each store and in the compacted topic
+// "<job.id>-partitions" (created by Run); a start under another count is
+// refused until Migrate rebuilt the state (partcount.go, partrecord.go).
+// Dead-lettered records of
 // stage p go to DLQ partition p modulo the DLQ's partition count.
 //
 // In repartition mode the raw topics may have any partition counts and

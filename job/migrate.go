@@ -17,13 +17,15 @@ import (
 
 // MigrateStats is what Migrate did.
 type MigrateStats struct {
-	// From is the partition count the committed offsets recorded (0:
-	// none), To the topics' count now.
+	// From is the partition count the committed offsets recorded, or
+	// else the partitions topic (0: none), To the topics' count now.
 	From, To int
 	// Partitions are the partitions whose state was rebuilt.
 	Partitions []int
 	// Read counts output records read (the window of every output
-	// partition); Restored those inserted into a rebuilt store.
+	// partition); Restored those inserted into a rebuilt store (once each,
+	// though a key that moved goes to the stores of its partition under
+	// both counts).
 	Read, Restored uint64
 }
 
@@ -36,8 +38,11 @@ type MigrateStats struct {
 // output record whose key belongs to the partition under N (the configured
 // input partitioner on its Kafka key; murmur2 on the business key in
 // repartition mode) is inserted, so a key emitted before the change is
-// still remembered by the partition it moved to. Then N is recorded with
-// the group's committed offsets, and Run accepts the new count.
+// still remembered by the partition it moved to; it is also inserted into
+// the store of its partition under the recorded old count, for input read
+// again from before the change. Then N is recorded with
+// the group's committed offsets and in the partitions topic
+// (PartitionsTopic), and Run accepts the new count.
 //
 // Every instance of the job must be stopped while it runs; in static mode
 // run it on every instance (each rebuilds its own partitions), in group mode
@@ -58,6 +63,11 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 	if ms.From, err = j.recordedPartitions(ctx, n); err != nil && !errors.Is(err, ErrPartitionCount) {
 		return ms, err
 	}
+	if ms.From == 0 {
+		if ms.From, err = j.readPartitionsRecord(ctx); err != nil && !errors.Is(err, errPartitionsTopicRefused) {
+			return ms, err
+		}
+	}
 	owned := cfg.Assignment.Partitions
 	if cfg.Assignment.Mode == "group" {
 		owned = make([]int, n)
@@ -68,6 +78,16 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 	route, err := migrationRoute(j, n)
 	if err != nil {
 		return ms, err
+	}
+	// A key also stays in the store of the partition it had under the old
+	// count: a stage that reads its input partition from an offset before
+	// the change (the group's offsets expired) meets records routed under
+	// the old count again, and must drop those already emitted.
+	var routeOld func(*pipeline.Record) int
+	if ms.From > 0 && ms.From != n {
+		if routeOld, err = migrationRoute(j, ms.From); err != nil {
+			return ms, err
+		}
 	}
 	if err := j.openMemory(); err != nil {
 		return ms, err
@@ -120,15 +140,23 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 				rec := pipeline.Record{Record: partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, TimestampMs: fr.Timestamp.UnixMilli()}
 				ms.Read++
 				p := route(&rec)
+				kept := false
 				if _, ok := runners[p]; ok {
-					groups[p] = append(groups[p], rec)
+					groups[p], kept = append(groups[p], rec), true
+				}
+				if routeOld != nil {
+					if po := routeOld(&rec); po != p && runners[po] != nil {
+						groups[po], kept = append(groups[po], rec), true
+					}
+				}
+				if kept {
+					ms.Restored++
 				}
 			}
 			for p, recs := range groups {
 				if err := runners[p].stage.Restore(recs, nil); err != nil {
 					return err
 				}
-				ms.Restored += uint64(len(recs))
 			}
 			return nil
 		})
@@ -148,6 +176,9 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 	}
 	if err := j.recordPartitions(ctx, n); err != nil {
 		return ms, err
+	}
+	if err := j.writePartitionsRecord(ctx, n); err != nil && !errors.Is(err, errPartitionsTopicRefused) {
+		return ms, fmt.Errorf("job: migrate: %w", err)
 	}
 	return ms, nil
 }

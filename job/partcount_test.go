@@ -163,3 +163,86 @@ func TestPartitionCountChange(t *testing.T) {
 	}
 	_ = w
 }
+
+// deleteGroup deletes the job's consumer group and its committed offsets,
+// as the brokers do once an empty group outlives offsets.retention.minutes.
+func deleteGroup(t *testing.T, e *env, group string) {
+	t.Helper()
+	req := kmsg.NewPtrDeleteGroupsRequest()
+	req.Groups = []string{group}
+	res, err := req.RequestWith(e.ctx(30*time.Second), kafkatest.NewClient(t, e.brokers, e.clientOpts...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range res.Groups {
+		if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+			t.Fatalf("delete group %s: %v", g.Group, err)
+		}
+	}
+}
+
+// TestPartitionCountChangeAfterOffsetsExpire: the topics grown from 4 to 6
+// partitions while the job was stopped long enough for its group's offsets
+// to expire, then started on empty disks. Neither the offsets nor a store
+// remember 4; the partitions topic does, so the start is refused before
+// anything is emitted (kgo finds no repeat), Migrate takes 4 from it, and
+// after the migration every replay is dropped.
+func TestPartitionCountChangeAfterOffsetsExpire(t *testing.T) {
+	e := newEnv(t)
+	_, before, after := growWorkload(e, 3_000)
+	e.produce(before)
+	r1 := e.start(e.config("0, 1, 2, 3"))
+	e.waitCommitted(r1, 1, 60*time.Second)
+	e.stop(r1)
+
+	growTopics(t, e, 6, e.raw, e.out)
+	p6, err := jobtest.NewProducer(e.brokers, e.clientOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p6.Close()
+	if err := p6.Produce(e.ctx(30*time.Second), after); err != nil {
+		t.Fatal(err)
+	}
+	deleteGroup(t, e, e.jobID)
+	cfg6 := e.config("0, 1, 2, 3, 4, 5")
+	cfg6.State.Dir = t.TempDir() // a new instance's empty disk
+
+	r := e.start(cfg6)
+	err = r.wait(t, 60*time.Second)
+	if !errors.Is(err, job.ErrPartitionCount) || !strings.Contains(err.Error(), job.PartitionsTopic(e.jobID)) || !strings.Contains(err.Error(), "dedupstream migrate") {
+		t.Fatalf("want ErrPartitionCount naming the partitions topic and dedupstream migrate, got %v", err)
+	}
+	t.Logf("refused with: %v", err)
+	if n := r.job.Stats().Recoveries; n != 0 {
+		t.Errorf("the refused start ran %d recoveries", n)
+	}
+
+	ms, err := job.Migrate(e.ctx(120*time.Second), cfg6, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ms.From != 4 || ms.To != 6 || ms.Restored != uint64(len(before)) {
+		t.Errorf("migrate: %+v; want from 4 (the partitions topic) to 6, %d keys restored", ms, len(before))
+	}
+	r2 := e.start(cfg6)
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		ok, c, err := p6.Caught(e.ctx(10*time.Second), e.jobID, e.raw, 6, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job did not commit the replays: committed %v of %v", c, p6.End[e.raw])
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.stop(r2)
+	// Read last: the reader appends sentinels to the output. A replay
+	// emitted by the refused start would be a repeat here too.
+	if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before) {
+		t.Errorf("after the migration: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
+	}
+}

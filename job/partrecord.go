@@ -1,0 +1,168 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/internal/backoff"
+	"github.com/segmentio/kafka-go"
+)
+
+// The partition count N is recorded in three places. The committed
+// offsets' metadata and the stores' checkpoints (partcount.go) are lost in
+// ordinary operation: a group's offsets expire once it has stayed empty
+// past the brokers' offsets.retention.minutes (7 days by default), and an
+// instance that starts on an empty disk has no checkpoint. After both, a
+// start under a grown topic would restore each store from its own output
+// partition, laid out under the old N, and pass replays of moved keys as
+// new. The third place does not expire: a compacted topic of one
+// partition, <job.id>-partitions, whose last record with key "partitions"
+// holds N in decimal. Run writes it when it holds none and refuses to
+// start when it holds another N; Migrate writes the new N last.
+
+// partitionsRecordKey is the key of the record that holds N.
+const partitionsRecordKey = "partitions"
+
+// PartitionsTopic is the topic in which job id records its partition
+// count.
+func PartitionsTopic(jobID string) string { return jobID + "-partitions" }
+
+// checkPartitionsRecord refuses to start when the partitions topic records
+// another count than the topics have (n), and records n when it holds none
+// (the job's first start, or the first under a build that records it). When
+// the brokers refuse the job access to the topic, the guard is off: it says
+// so and the offsets and stores still guard as before.
+func (j *Job) checkPartitionsRecord(ctx context.Context, n int) error {
+	recorded, err := j.readPartitionsRecord(ctx)
+	if err == nil && recorded == 0 {
+		err = j.writePartitionsRecord(ctx, n)
+		recorded = n
+	}
+	if errors.Is(err, errPartitionsTopicRefused) {
+		j.log.Warn("the partition count cannot be recorded; a changed count is detected only by the committed offsets and the local state",
+			"topic", PartitionsTopic(j.cfg.Job.ID), "err", err,
+			"fix", "let the job create, read and write this topic (one partition, cleanup.policy=compact)")
+		return nil
+	}
+	if err != nil || recorded == n {
+		return err
+	}
+	return fmt.Errorf("%w: input.topics: topic %q records that job %q runs with %d partitions, the topics %v now have %d: "+
+		"keys moved to other partitions and their state did not, so repeats would pass. Stop every instance and run "+
+		"`dedupstream migrate --config FILE` (it builds each partition's state from the output's window under %d partitions; see docs/scaling.md), "+
+		"give the topics %d partitions again, or start under a new job.id",
+		ErrPartitionCount, PartitionsTopic(j.cfg.Job.ID), j.cfg.Job.ID, recorded, j.topics, n, n, recorded)
+}
+
+// errPartitionsTopicRefused marks an authorization refusal on the
+// partitions topic.
+var errPartitionsTopicRefused = errors.New("not authorized")
+
+// readPartitionsRecord returns the count in the partitions topic's last
+// "partitions" record; 0 when the topic or the record does not exist.
+func (j *Job) readPartitionsRecord(ctx context.Context) (int, error) {
+	topic := PartitionsTopic(j.cfg.Job.ID)
+	recorded := 0
+	err := j.retryAdmin(ctx, "read the partition count record", func() error {
+		counts, err := j.partitionCounts(ctx, []string{topic})
+		if err != nil || counts[topic] == 0 {
+			return err
+		}
+		f, err := fetch.New(j.client, topic, 0, fetch.Options{RequestTimeout: j.opts.RequestTimeout, RetryTimeout: j.opts.RetryTimeout, ClientID: j.cfg.Kafka.ClientID, Logger: j.log})
+		if err != nil {
+			return err
+		}
+		offs, err := f.ListOffsets(ctx)
+		if err != nil {
+			return err
+		}
+		var bad error
+		err = f.ReadRange(ctx, offs.Earliest, offs.LastStable, func(b *fetch.Batch) error {
+			for _, r := range b.Records {
+				if string(r.Key) != partitionsRecordKey {
+					continue
+				}
+				n, err := strconv.Atoi(string(r.Value))
+				if err != nil || n <= 0 {
+					bad = fmt.Errorf("%w: topic %q, offset %d: the partition count record holds %q, not a count: write the topics' count there (key %q) or delete the topic",
+						ErrTopics, topic, r.Offset, r.Value, partitionsRecordKey)
+					continue
+				}
+				recorded, bad = n, nil
+			}
+			return nil
+		})
+		if err == nil {
+			err = bad
+		}
+		return err
+	})
+	return recorded, err
+}
+
+// writePartitionsRecord records n in the partitions topic, creating the
+// topic (one partition, compacted, the cluster's default replication) when
+// it does not exist.
+func (j *Job) writePartitionsRecord(ctx context.Context, n int) error {
+	topic := PartitionsTopic(j.cfg.Job.ID)
+	return j.retryAdmin(ctx, "record the partition count", func() error {
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		cres, err := j.client.CreateTopics(rctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+			Topic: topic, NumPartitions: 1, ReplicationFactor: -1,
+			ConfigEntries: []kafka.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: "compact"}},
+		}}})
+		if err == nil {
+			if err = cres.Errors[topic]; errors.Is(err, kafka.TopicAlreadyExists) {
+				err = nil
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("create topic %q: %w", topic, err)
+		}
+		pres, err := j.client.Produce(rctx, &kafka.ProduceRequest{
+			Topic: topic, Partition: 0, RequiredAcks: kafka.RequireAll,
+			Records: kafka.NewRecordReader(kafka.Record{Key: kafka.NewBytes([]byte(partitionsRecordKey)), Value: kafka.NewBytes([]byte(strconv.Itoa(n)))}),
+		})
+		if err == nil {
+			err = pres.Error
+		}
+		if err != nil {
+			return fmt.Errorf("write %d to topic %q: %w", n, topic, err)
+		}
+		j.log.Info("recorded the partition count", "topic", topic, "partitions", n)
+		return nil
+	})
+}
+
+// retryAdmin runs op until it succeeds, retrying transient failures (a new
+// topic without a leader yet, a moving leader, a lost connection) with
+// backoff for the job's retry timeout. A refusal for lack of rights ends it
+// with errPartitionsTopicRefused; a wrong record ends it at once.
+func (j *Job) retryAdmin(ctx context.Context, what string, op func() error) error {
+	b := &backoff.Backoff{Base: j.opts.Backoff, Limit: j.opts.MaxBackoff}
+	deadline := time.Now().Add(max(j.retryTimeout(), 10*time.Second))
+	for {
+		err := op()
+		switch {
+		case err == nil, errors.Is(err, ErrTopics):
+			return err
+		case errors.Is(err, kafka.TopicAuthorizationFailed), errors.Is(err, kafka.ClusterAuthorizationFailed):
+			return fmt.Errorf("%s: %w: %w", what, errPartitionsTopicRefused, err)
+		}
+		if rerr := j.refusal(ctx, err); rerr != nil {
+			return rerr
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("job: %s: %w", what, err)
+		}
+		j.log.Warn(what+" failed, retrying", "err", err)
+		if err := b.Sleep(ctx); err != nil {
+			return err
+		}
+	}
+}
