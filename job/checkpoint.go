@@ -9,14 +9,19 @@ import (
 
 // checkpointVersion is the first byte of every encoded checkpoint. A store
 // holding a checkpoint of an unknown version is refused rather than guessed
-// at. Version 2 is version 1 followed by the partition count; a checkpoint
-// without one (Partitions 0) is encoded as version 1, so that every
+// at. Version 2 is version 1 followed by the partition count; version 3
+// adds the dedup settings. Each checkpoint is written in the lowest version
+// that holds it (no Dedup: 2; no Dedup and no Partitions: 1), so that every
 // checkpoint keeps exactly one encoding.
 const (
-	checkpointVersion    = 1
-	checkpointVersionN   = 2
-	maxCheckpointVersion = checkpointVersionN
+	checkpointVersion      = 1
+	checkpointVersionN     = 2
+	checkpointVersionDedup = 3
+	maxCheckpointVersion   = checkpointVersionDedup
 )
+
+// maxDedupLen bounds Checkpoint.Dedup.
+const maxDedupLen = 64 << 10
 
 // maxTopicLen is Kafka's limit on topic names.
 const maxTopicLen = 249
@@ -40,6 +45,11 @@ const maxTopicLen = 249
 //
 //	uvarint partition count N the store is laid out for (>= 1)
 //
+// Version 3 appends instead
+//
+//	uvarint partition count N (0: unknown)
+//	uvarint len(dedup) (>= 1), dedup bytes
+//
 // A reader must reject trailing bytes and overlong varints, so that every
 // checkpoint has exactly one encoding and a later version cannot be misread
 // as this one.
@@ -52,6 +62,9 @@ type Checkpoint struct {
 	// store was written: a key's partition, so the store that remembers
 	// it, depends on it. 0 means unknown (a version 1 checkpoint).
 	Partitions int
+	// Dedup describes the dedup settings the store's keys were written
+	// under (dedupSettings); "" means unknown (versions 1 and 2).
+	Dedup string
 }
 
 // InputOffset is the next offset to read of one raw topic-partition.
@@ -73,11 +86,14 @@ func (c Checkpoint) Input(topic string, partition int32) int64 {
 	return -1
 }
 
-// AppendEncode appends the version-1 encoding of c to dst.
+// AppendEncode appends the encoding of c to dst.
 func (c Checkpoint) AppendEncode(dst []byte) []byte {
-	if c.Partitions > 0 {
+	switch {
+	case c.Dedup != "":
+		dst = append(dst, checkpointVersionDedup)
+	case c.Partitions > 0:
 		dst = append(dst, checkpointVersionN)
-	} else {
+	default:
 		dst = append(dst, checkpointVersion)
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(c.Inputs)))
@@ -88,8 +104,12 @@ func (c Checkpoint) AppendEncode(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(in.Offset))
 	}
 	dst = binary.AppendUvarint(dst, uint64(c.Output))
-	if c.Partitions > 0 {
+	if c.Partitions > 0 || c.Dedup != "" {
 		dst = binary.AppendUvarint(dst, uint64(c.Partitions))
+	}
+	if c.Dedup != "" {
+		dst = binary.AppendUvarint(dst, uint64(len(c.Dedup)))
+		dst = append(dst, c.Dedup...)
 	}
 	return dst
 }
@@ -138,12 +158,20 @@ func DecodeCheckpoint(b []byte) (Checkpoint, error) {
 	if !ok {
 		return Checkpoint{}, fmt.Errorf("%w: output offset", errCheckpoint)
 	}
-	if version == checkpointVersionN {
+	if version >= checkpointVersionN {
 		n, ok := next(math.MaxInt32)
-		if !ok || n == 0 {
+		if !ok || n == 0 && version == checkpointVersionN {
 			return Checkpoint{}, fmt.Errorf("%w: partition count", errCheckpoint)
 		}
 		c.Partitions = int(n)
+	}
+	if version == checkpointVersionDedup {
+		l, ok := next(maxDedupLen)
+		if !ok || l == 0 || uint64(len(b)) < l {
+			return Checkpoint{}, fmt.Errorf("%w: dedup settings", errCheckpoint)
+		}
+		c.Dedup = string(b[:l])
+		b = b[l:]
 	}
 	if len(b) != 0 {
 		return Checkpoint{}, fmt.Errorf("%w: %d trailing bytes", errCheckpoint, len(b))

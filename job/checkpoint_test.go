@@ -20,6 +20,21 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		if b[0] != 1 {
 			t.Errorf("%+v: version byte %d, want 1", c, b[0])
 		}
+		for _, more := range []job.Checkpoint{
+			{Inputs: c.Inputs, Output: c.Output, Partitions: 6},
+			{Inputs: c.Inputs, Output: c.Output, Partitions: 6, Dedup: "key=json:order_id mode=first span=6h0m0s"},
+			{Inputs: c.Inputs, Output: c.Output, Dedup: "key=key mode=version span=1m0s version=header:v"},
+		} {
+			mb := more.AppendEncode(nil)
+			want := byte(2)
+			if more.Dedup != "" {
+				want = 3
+			}
+			got, err := job.DecodeCheckpoint(mb)
+			if mb[0] != want || err != nil || got.Partitions != more.Partitions || got.Dedup != more.Dedup || got.Output != more.Output || len(got.Inputs) != len(more.Inputs) {
+				t.Errorf("round trip of %+v: version %d (want %d), got %+v, %v", more, mb[0], want, got, err)
+			}
+		}
 		got, err := job.DecodeCheckpoint(b)
 		if err != nil || !reflect.DeepEqual(got, c) && !(len(c.Inputs) == 0 && len(got.Inputs) == 0 && got.Output == c.Output) {
 			t.Errorf("round trip of %+v: got %+v, %v", c, got, err)
@@ -40,11 +55,14 @@ func TestCheckpointRoundTrip(t *testing.T) {
 func TestCheckpointRejects(t *testing.T) {
 	good := job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5}.AppendEncode(nil)
 	for name, b := range map[string][]byte{
-		"unknown version": append([]byte{2}, good[1:]...),
-		"trailing bytes":  append(bytes.Clone(good), 0),
-		"truncated":       good[:len(good)-1],
-		"topic too long":  {1, 1, 0xfa, 0x01},
-		"bad varint":      {1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		"unknown version":  append([]byte{2}, good[1:]...),
+		"trailing bytes":   append(bytes.Clone(good), 0),
+		"truncated":        good[:len(good)-1],
+		"topic too long":   {1, 1, 0xfa, 0x01},
+		"bad varint":       {1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff},
+		"v2 without count": {2, 0, 0, 0},
+		"v3 empty dedup":   {3, 0, 0, 4, 0},
+		"v3 dedup cut":     {3, 0, 0, 4, 5, 'k', 'e'},
 	} {
 		if _, err := job.DecodeCheckpoint(b); err == nil || !strings.HasPrefix(err.Error(), "job: corrupt checkpoint") {
 			t.Errorf("%s: want a corrupt checkpoint error, got %v", name, err)
@@ -55,6 +73,7 @@ func TestCheckpointRejects(t *testing.T) {
 func FuzzDecodeCheckpoint(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5}.AppendEncode(nil))
+	f.Add(job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5, Partitions: 4, Dedup: "key=key mode=first span=6h0m0s"}.AppendEncode(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := job.DecodeCheckpoint(b)
 		if err != nil || len(b) == 0 {

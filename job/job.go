@@ -161,6 +161,9 @@ type Stats struct {
 	// Recovered counts those that completed (the stage then processes
 	// input).
 	Recoveries, Recovered uint64
+	// StatesDropped counts stores removed at open because they were
+	// written under other dedup settings (see dedupchange.go).
+	StatesDropped uint64
 	// Misrouted counts records found on another partition than the
 	// configured input partitioner gives for their key.
 	Misrouted uint64
@@ -197,6 +200,7 @@ type Job struct {
 	codec  compress.Compression
 	partFn func(key []byte, n int) int // nil: no partition check
 	pc     pipeline.Config             // cfg's dedup section, parsed once in New
+	dedup  string                      // dedupSettings(pc), recorded in every checkpoint
 
 	mu    sync.Mutex
 	stats Stats
@@ -247,6 +251,7 @@ func New(cfg *config.Config, opts Options) (*Job, error) {
 	if j.pc, err = cfg.Pipeline(); err != nil {
 		return nil, fmt.Errorf("job: %w (validate the config with config.Load)", err)
 	}
+	j.dedup = dedupSettings(j.pc)
 	if slices.Equal(cfg.Dedup.Key, []string{"key"}) {
 		switch {
 		case cfg.Input.Partitioning == "repartition":

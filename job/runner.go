@@ -193,6 +193,24 @@ func (r *runner) run(ctx context.Context) (err error) {
 // open opens the stage's state and makes its producer and fetchers. The
 // caller closes r.stage.
 func (r *runner) open() error {
+	if err := r.openStage(); err != nil {
+		return err
+	}
+	if err := r.dropStateOfOtherSettings(); err != nil {
+		if r.stage != nil {
+			r.stage.Close()
+		}
+		return err
+	}
+	if err := r.connect(); err != nil {
+		r.stage.Close()
+		return fmt.Errorf("partition %d: %w", r.p, err)
+	}
+	return nil
+}
+
+// openStage opens the stage on the partition's state directory.
+func (r *runner) openStage() error {
 	var err error
 	r.stage, err = pipeline.Open(r.j.stateDir(r.p), r.j.pc, pipeline.Options{
 		Clock:  r.j.opts.Clock,
@@ -201,10 +219,6 @@ func (r *runner) open() error {
 	})
 	if err != nil {
 		return fmt.Errorf("partition %d: open state: %w", r.p, err)
-	}
-	if err := r.connect(); err != nil {
-		r.stage.Close()
-		return fmt.Errorf("partition %d: %w", r.p, err)
 	}
 	return nil
 }
@@ -260,7 +274,7 @@ func (r *runner) connect() error {
 // positions in, as Job.topics (sentinels are left out), and the output
 // position out.
 func (r *runner) checkpoint(in []int64, out int64) []byte {
-	c := Checkpoint{Output: out, Partitions: r.lay.partitions}
+	c := Checkpoint{Output: out, Partitions: r.lay.partitions, Dedup: r.j.dedup}
 	for i, off := range in {
 		if off >= 0 {
 			c.Inputs = append(c.Inputs, InputOffset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off})

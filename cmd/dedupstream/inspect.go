@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -218,6 +219,9 @@ func (in *inspector) stageStats(w io.Writer, sd stageDir) (uint64, error) {
 			ins = append(ins, fmt.Sprintf("%s/%d at %d", i.Topic, i.Partition, i.Offset))
 		}
 		fmt.Fprintf(w, "  checkpoint: next output offset %d; input %s\n", ck.Output, strings.Join(ins, ", "))
+		if ck.Partitions > 0 || ck.Dedup != "" {
+			fmt.Fprintf(w, "  written under: %d partitions; dedup %s\n", ck.Partitions, cmp.Or(ck.Dedup, "settings not recorded"))
+		}
 	}
 	gens, err := st.Generations()
 	if err != nil {
