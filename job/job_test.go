@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -194,7 +195,7 @@ func (e *env) waitCommitted(r *running, frac float64, timeout time.Duration, onl
 		ok, c := true, map[int32]int64{}
 		for topic := range e.prod.End {
 			caught, tc, err := e.prod.Caught(e.ctx(10*time.Second), e.jobID, topic, partitions, frac, only...)
-			if err != nil {
+			if err != nil && !kerr.IsRetriable(err) {
 				e.t.Fatal(err)
 			}
 			if !caught {
