@@ -9,12 +9,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // logBuffer collects the job's log lines for the test to search.
@@ -203,6 +205,80 @@ func TestBrokerCut(t *testing.T) {
 	}
 	if external && undecided > 0 {
 		t.Errorf("%v fences undecided on real brokers, which describe the timeout abort", undecided)
+	}
+	e.stop(r)
+	e.verify(w, r.job.Stats())
+}
+
+// TestProduceConnectionsWatched: produce requests travel on the producer's
+// own connections, not through the Transport the link watch wraps. The
+// embedded broker holds every transactional produce request unanswered;
+// once the fetch sent ahead has been answered, the held produce is the
+// stage's only request, and the link watch must see it waiting: a
+// warning, /readyz 503 and dedupstream_broker_unreachable within 20 s.
+// Then the broker answers, the job says so, finishes the input, and kgo
+// reads every key exactly once from the output.
+func TestProduceConnectionsWatched(t *testing.T) {
+	kafkatest.SkipExternal(t, "drives kfake's request controls")
+	e := newEnv(t)
+	w := e.workload(23, 2_000, 300)
+	release := make(chan struct{})
+	var held atomic.Int64
+	e.cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if r.(*kmsg.ProduceRequest).TransactionID == nil {
+			return nil, nil, false // the test's own input
+		}
+		select {
+		case <-release:
+		default:
+			held.Add(1)
+			e.cluster.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	cfg := e.config("0, 1, 2, 3")
+	cfg.Kafka.UnreachableAfter = time.Second
+	cfg.Produce.MaxInFlight = 5
+	logs := &logBuffer{}
+	r := e.start(cfg, func(o *job.Options) {
+		o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		// The held answers stay due: the pipe does not break and the
+		// stage does not recover (which would answer through the
+		// Transport) while the test looks.
+		o.RequestTimeout, o.RetryTimeout = 2*time.Minute, 3*time.Minute
+	})
+	e.produce(w.Records)
+
+	var seen []string
+	deadline := time.Now().Add(20 * time.Second)
+	for len(seen) < 3 && time.Now().Before(deadline) {
+		seen = seen[:0]
+		if logs.count("brokers not answering") > 0 {
+			seen = append(seen, "warning")
+		}
+		if ok, why := r.job.Readiness(); !ok && strings.Contains(why, "brokers not answering") {
+			seen = append(seen, "readiness")
+		}
+		for k, v := range gauges(t, r.job) {
+			if strings.HasPrefix(k, "dedupstream_broker_unreachable{") && v == 1 {
+				seen = append(seen, "gauge")
+				break
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(release)
+	t.Logf("%d produce requests held; reported by %v", held.Load(), seen)
+	if held.Load() == 0 {
+		t.Fatal("no transactional produce request was held")
+	}
+	if len(seen) < 3 {
+		t.Fatalf("held produce requests not reported by the link watch within 20 s (seen: %v):\n%s", seen, logs)
+	}
+	e.waitCommitted(r, 1, 60*time.Second)
+	if logs.count("brokers answer again") == 0 {
+		t.Errorf("the answers after the hold are not logged:\n%s", logs)
 	}
 	e.stop(r)
 	e.verify(w, r.job.Stats())
