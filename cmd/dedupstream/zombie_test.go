@@ -35,6 +35,11 @@ func TestGroupZombie(t *testing.T) {
 	a.waitOutput(t, "failpoint produced: stopping myself", 30*time.Second)
 	waitStopped(t, a)
 	b := startChild(t, e.config("b", groupAssignment, commit, "info"), "")
+	defer func() {
+		if t.Failed() {
+			t.Logf("instance b:\n%s", b.out.String()) // what took a's partitions over, and when
+		}
+	}()
 	// A misses its heartbeats: after the session timeout B owns all four
 	// partitions, and its recovery fences A's producers.
 	b.waitOutput(t, `partitions="[0 1 2 3]"`, 30*time.Second)
