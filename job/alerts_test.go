@@ -82,8 +82,10 @@ func expressions(t *testing.T) (alerts, panels map[string][]string) {
 // TestAlertAndDashboardMetrics: every metric named in a rule or a dashboard
 // target is one the job exports, as gathered from a real registry after a
 // run on the embedded broker (histograms with their _bucket, _sum and
-// _count series); every required alert exists; the dashboard shows what the
-// alerts watch.
+// _count series); every required alert exists, the coordinator's timeout
+// aborts counted both as fences and as ambiguous commits (outcome
+// timed_out) in DedupstreamTransactionsTimedOut; the dashboard shows what
+// the alerts watch.
 func TestAlertAndDashboardMetrics(t *testing.T) {
 	e := newEnv(t)
 	w := e.workload(12, 1_000, 200)
@@ -103,7 +105,8 @@ func TestAlertAndDashboardMetrics(t *testing.T) {
 		}
 	}
 	if !strings.Contains(strings.Join(alerts["DedupstreamInterceptedDuplicatesUp"], ""), "offset 1h") ||
-		!strings.Contains(strings.Join(alerts["DedupstreamProcessingLatencyHigh"], ""), "histogram_quantile(0.99") {
+		!strings.Contains(strings.Join(alerts["DedupstreamProcessingLatencyHigh"], ""), "histogram_quantile(0.99") ||
+		!strings.Contains(strings.Join(alerts["DedupstreamTransactionsTimedOut"], ""), `dedupstream_ambiguous_commits_total{outcome="timed_out"}`) {
 		t.Errorf("alert expressions changed their meaning: %v", alerts)
 	}
 	check := func(file, what string, exprs []string) map[string]bool {

@@ -156,7 +156,8 @@
 //     restart. An undecided cause follows kafka.on_fenced (fenced.go,
 //     docs/outages.md).
 //   - Unreachable brokers: each stage's requests go through a watched
-//     RoundTripper (links.go). A stage with a request waiting or failing and
+//     RoundTripper (links.go), and its producer tells the same link of the
+//     produce requests on its own connections (sink.Config.Watch). A stage with a request waiting or failing and
 //     no broker answer for kafka.unreachable_after logs one warning, makes
 //     /readyz 503 (Job.Readiness) and sets dedupstream_broker_unreachable;
 //     when the brokers answer again it logs the outage's length. Requests

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dedupstream/dedupstream/sink"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -19,7 +20,9 @@ import (
 
 // links watches, per stage, whether the brokers answer: every request of a
 // stage (fetches, produces, coordinator calls, the read-back of the output)
-// goes through its link's RoundTripper, which notes answers, failures and
+// goes through its link's RoundTripper, or, for the produce requests on the
+// producer's own connections, is told to its link by the producer
+// (sink.Config.Watch); either way the link notes answers, failures and
 // waiting requests. A stage with a request waiting or failing and no answer
 // for UnreachableAfter is unreachable: one warning when that starts, one
 // when the brokers answer again (with the outage's length), /readyz 503 in
@@ -53,20 +56,33 @@ func newLinks(after time.Duration, log *slog.Logger) *links {
 	return &links{after: after, log: log, now: time.Now, parts: map[int]*link{}}
 }
 
-// client returns a client for stage p whose requests go through p's link.
-func (l *links) client(p int, c *kafka.Client) *kafka.Client {
+// link returns stage p's link, made now if it has none.
+func (l *links) link(p int) *link {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	lk, ok := l.parts[p]
 	if !ok {
 		lk = &link{p: p, lastOK: l.now(), fences: map[string]uint64{}}
 		l.parts[p] = lk
 	}
-	l.mu.Unlock()
+	return lk
+}
+
+// client returns a client for stage p whose requests go through p's link.
+func (l *links) client(p int, c *kafka.Client) *kafka.Client {
 	rt := c.Transport
 	if rt == nil {
 		rt = kafka.DefaultTransport
 	}
-	return &kafka.Client{Addr: c.Addr, Transport: &watched{rt: rt, l: l, lk: lk}, Timeout: c.Timeout}
+	return &kafka.Client{Addr: c.Addr, Transport: &watched{rt: rt, l: l, lk: l.link(p)}, Timeout: c.Timeout}
+}
+
+// producerWatch returns what stage p's producer tells of the requests on
+// its own produce connections (sink.Config.Watch): they count on p's link
+// as the requests of client(p) do, so a produce connection that breaks or
+// an answer that does not come shows as an outage too.
+func (l *links) producerWatch(p int) sink.RequestWatch {
+	return &watchedPipe{l: l, lk: l.link(p)}
 }
 
 // forget drops stage p's link: its partition is no longer run here (group
@@ -104,6 +120,16 @@ func (w *watched) RoundTrip(ctx context.Context, addr net.Addr, req protocol.Mes
 	w.l.end(w.lk, err)
 	return res, err
 }
+
+// watchedPipe is a stage's sink.RequestWatch: its producer's own
+// connections, watched like the transport.
+type watchedPipe struct {
+	l  *links
+	lk *link
+}
+
+func (w *watchedPipe) RequestSent()          { w.l.begin(w.lk) }
+func (w *watchedPipe) RequestDone(err error) { w.l.end(w.lk, err) }
 
 func (l *links) begin(lk *link) {
 	l.mu.Lock()

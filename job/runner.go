@@ -237,6 +237,7 @@ func (r *runner) connect() error {
 		MaxBatchBytes:      r.lay.maxBatchBytes(int(cfg.Produce.BatchMaxBytes)),
 		MaxInFlight:        cfg.Produce.MaxInFlight,
 		Dialer:             j.dialer,
+		Watch:              j.links.producerWatch(r.p), // the produce connections, watched like client
 		Logger:             r.log,
 	})
 	if err != nil {

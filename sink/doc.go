@@ -70,7 +70,9 @@
 // out of order) every request out on it has an unknown outcome and the
 // window's rules apply: resent in order on a new connection, or the
 // transaction ends ambiguous. Metadata and coordinator requests stay on
-// the Transport.
+// the Transport. Config.Watch hears of each request on these connections
+// (sent, then answered, failed or given up), as a RoundTripper wrapped
+// around the Transport would: the job's link watch counts them.
 //
 // Without a Dialer produce requests go through kafka.Transport, which
 // serves one request per connection at a time: requests in flight then

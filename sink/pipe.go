@@ -76,6 +76,19 @@ const pipeMaxIdle = time.Minute
 // meanwhile in its socket buffer, and must not call them lost.
 const pipeGrace = 100 * time.Millisecond
 
+// RequestWatch is told of the requests a producer sends on its own
+// connections (Config.Watch). Every RequestSent is followed by exactly one
+// RequestDone, from any goroutine: err is nil when the broker answered (an
+// answer carrying an error code is an answer), wraps context.Canceled when
+// the producer gave up on the request (its context ended, or Close), and
+// is any other error when the request failed without an answer (the
+// connection could not be made, broke, or the answer did not come in
+// time).
+type RequestWatch interface {
+	RequestSent()
+	RequestDone(err error)
+}
+
 type pipe struct {
 	broker   int32
 	nc       net.Conn
@@ -91,6 +104,8 @@ type pipe struct {
 	err   error // set once: the pipe is broken
 	id    int32 // last correlation id
 	last  time.Time
+
+	watch RequestWatch // nil: none; set before the first send
 }
 
 // pipeCall is one request on a pipe: done is closed once res or err is set.
@@ -222,6 +237,9 @@ func (p *pipe) send(msg protocol.Message, timeout time.Duration) (*pipeCall, err
 		p.mu.Unlock()
 		return nil, p.err
 	}
+	if p.watch != nil {
+		p.watch.RequestSent()
+	}
 	p.id++
 	c := &pipeCall{id: p.id, deadline: time.Now().Add(timeout), done: make(chan struct{})}
 	p.queue = append(p.queue, c)
@@ -290,6 +308,9 @@ func (p *pipe) read() {
 		p.queue = p.queue[1:]
 		p.last = time.Now()
 		p.mu.Unlock()
+		if p.watch != nil {
+			p.watch.RequestDone(nil)
+		}
 		c.res = res
 		close(c.done)
 	}
@@ -297,7 +318,11 @@ func (p *pipe) read() {
 
 // fail breaks the pipe with cause: the connection is closed and every call
 // out ends with the error.
-func (p *pipe) fail(cause error) {
+func (p *pipe) fail(cause error) { p.failWith(cause, false) }
+
+// failWith is fail; gaveUp says the producer itself ended the requests out
+// (Close), which its RequestWatch hears as context.Canceled.
+func (p *pipe) failWith(cause error, gaveUp bool) {
 	p.mu.Lock()
 	if p.err != nil {
 		p.mu.Unlock()
@@ -309,7 +334,14 @@ func (p *pipe) fail(cause error) {
 	p.cond.Broadcast()
 	p.mu.Unlock()
 	p.nc.Close()
+	var werr error = p.err
+	if gaveUp {
+		werr = context.Canceled
+	}
 	for _, c := range q {
+		if p.watch != nil {
+			p.watch.RequestDone(werr)
+		}
 		c.err = p.err
 		close(c.done)
 	}
@@ -330,7 +362,7 @@ func (p *pipe) usable(now time.Time) bool {
 	return p.err == nil && (len(p.queue) > 0 || now.Sub(p.last) < pipeMaxIdle)
 }
 
-func (p *pipe) close() { p.fail(net.ErrClosed) }
+func (p *pipe) close() { p.failWith(net.ErrClosed, true) }
 
 // pipeError is the error of a broken pipe: every request that was out on
 // it has an unknown outcome.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -204,4 +206,101 @@ func TestPipeGraceAfterDeadline(t *testing.T) {
 	if base := res.(*produce.Response).Topics[0].Partitions[0].BaseOffset; base != 7 {
 		t.Errorf("base offset %d, want 7", base)
 	}
+}
+
+// watchLog is a RequestWatch that writes down what it is told.
+type watchLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (w *watchLog) RequestSent() { w.add("sent") }
+func (w *watchLog) RequestDone(err error) {
+	switch {
+	case err == nil:
+		w.add("answered")
+	case errors.Is(err, context.Canceled):
+		w.add("gave-up")
+	default:
+		w.add("failed")
+	}
+}
+func (w *watchLog) add(e string) { w.mu.Lock(); w.events = append(w.events, e); w.mu.Unlock() }
+func (w *watchLog) take() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := strings.Join(w.events, " ")
+	w.events = nil
+	return s
+}
+
+// TestPipeWatch: Config.Watch hears of every request on the producer's own
+// connections, each sent once and done once: the connection set-up, an
+// answer, a connection cut with two requests out, a dial that fails, and
+// requests given up by Close.
+func TestPipeWatch(t *testing.T) {
+	cut := scriptedBroker(t, func(c net.Conn, next func() (frame, bool)) {
+		f, _ := next()
+		answer(c, f, 1)
+		next()
+		next()
+		c.Close()
+	})
+	silent := scriptedBroker(t, func(c net.Conn, next func() (frame, bool)) {
+		for _, ok := next(); ok; _, ok = next() {
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := ln.Addr().String()
+	ln.Close()
+
+	w := &watchLog{}
+	p := &Producer{cfg: Config{TransactionalID: "x", Dialer: &Dialer{Timeout: 5 * time.Second}, Watch: w},
+		pipes: map[int32]*pipe{}, addrs: map[int32]string{1: cut, 2: silent, 3: refused}}
+	ctx := context.Background()
+	step := func(what, want string, f func()) {
+		t.Helper()
+		f()
+		if got := w.take(); got != want {
+			t.Errorf("%s: watch heard %q, want %q", what, got, want)
+		}
+	}
+	var pp *pipe
+	step("dial", "sent answered", func() {
+		if pp, err = p.pipeTo(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("answer", "sent answered", func() {
+		c, err := pp.send(pipeRequest(p), 5*time.Second)
+		if err == nil {
+			_, err = pp.wait(ctx, c)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	step("cut", "sent sent failed failed", func() {
+		c1, _ := pp.send(pipeRequest(p), 5*time.Second)
+		c2, _ := pp.send(pipeRequest(p), 5*time.Second)
+		pp.wait(ctx, c1)
+		pp.wait(ctx, c2)
+	})
+	step("refused dial", "sent failed", func() {
+		if _, err := p.pipeTo(ctx, 3); err == nil {
+			t.Fatal("dial to a closed port worked")
+		}
+	})
+	step("close", "sent answered sent gave-up", func() {
+		pp, err := p.pipeTo(ctx, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := pp.send(pipeRequest(p), 5*time.Second)
+		p.Close()
+		pp.wait(ctx, c)
+	})
 }

@@ -85,6 +85,13 @@ type Config struct {
 	// resent. The default value is nil.
 	Dialer *Dialer
 
+	// Watch, when set, is told of every request on the producer's own
+	// connections (Dialer): the produce requests and the connection
+	// set-up, as a RoundTripper wrapped around Client.Transport is told of
+	// every other request, so that whoever watches the brokers' answers
+	// sees these too. The default value is nil.
+	Watch RequestWatch
+
 	// Compression compresses every batch with one of kafka-go's codecs.
 	// The default value is compress.None.
 	Compression compress.Compression
@@ -562,10 +569,18 @@ func (p *Producer) pipeTo(ctx context.Context, broker int32) (*pipe, error) {
 	if !ok {
 		return nil, &dialError{fmt.Errorf("sink: no address known for broker %d: %w", broker, kafka.BrokerNotAvailable)}
 	}
+	w := p.cfg.Watch
+	if w != nil {
+		w.RequestSent() // ApiVersions (and SASL) on the new connection
+	}
 	pp, err := p.cfg.Dialer.dialPipe(ctx, broker, addr)
+	if w != nil {
+		w.RequestDone(err)
+	}
 	if err != nil {
 		return nil, &dialError{err}
 	}
+	pp.watch = w
 	p.pipes[broker] = pp
 	return pp, nil
 }

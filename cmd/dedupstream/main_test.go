@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 // failpointHook parses "name:n[:stop]": at the n-th pass through failpoint
 // name the child kills itself with SIGKILL, or with ":stop" freezes itself
 // once with SIGSTOP (a zombie: its heartbeats stop too) and carries on
-// where it was when the test sends SIGCONT.
+// from the failpoint when the test sends SIGCONT.
 func failpointHook(fp string) func(*job.Options) {
 	parts := strings.Split(fp, ":")
 	name, n := parts[0], 1
@@ -62,8 +62,17 @@ func failpointHook(fp string) func(*job.Options) {
 			}
 			switch h := hits.Add(1); {
 			case stop && h == int64(n):
+				// The stop reaches the process's threads asynchronously:
+				// this goroutine could go on (to EndTxn) before it lands,
+				// and the child would freeze at some later point instead,
+				// perhaps between transactions. It waits for the test's
+				// SIGCONT, so the freeze is at this failpoint every time.
+				cont := make(chan os.Signal, 1)
+				signal.Notify(cont, syscall.SIGCONT)
 				fmt.Fprintf(os.Stderr, "failpoint %s: stopping myself\n", name)
 				syscall.Kill(os.Getpid(), syscall.SIGSTOP)
+				<-cont
+				signal.Stop(cont)
 			case !stop && h >= int64(n):
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 				select {} // wait for the signal

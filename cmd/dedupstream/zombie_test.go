@@ -20,8 +20,9 @@ const groupAssignment = "{mode: group, session_timeout: 6s, heartbeat_interval: 
 // freezes itself (SIGSTOP) in the middle of a transaction, after its
 // records are produced and before EndTxn; its heartbeats stop, the group
 // expires it and B takes every partition over, fencing A's producers. Then
-// A resumes (SIGCONT) and tries to commit: it must be fenced, rejoin the
-// group and share the work again, and the output must hold every key once.
+// A resumes (SIGCONT) and tries to commit that transaction: the commit must
+// be refused as fenced, A must rejoin the group and share the work again,
+// and the output must hold every key once.
 func TestGroupZombie(t *testing.T) {
 	if testing.Short() {
 		t.Skip("subprocess zombie test")
@@ -35,6 +36,11 @@ func TestGroupZombie(t *testing.T) {
 	a.waitOutput(t, "failpoint produced: stopping myself", 30*time.Second)
 	waitStopped(t, a)
 	b := startChild(t, e.config("b", groupAssignment, commit, "info"), "")
+	defer func() {
+		if t.Failed() {
+			t.Logf("instance b:\n%s", b.out.String()) // what took a's partitions over, and when
+		}
+	}()
 	// A misses its heartbeats: after the session timeout B owns all four
 	// partitions, and its recovery fences A's producers.
 	b.waitOutput(t, `partitions="[0 1 2 3]"`, 30*time.Second)
@@ -42,7 +48,17 @@ func TestGroupZombie(t *testing.T) {
 		b.waitOutput(t, fmt.Sprintf("msg=recovered stage=%d", p), 20*time.Second)
 	}
 	a.cmd.Process.Signal(syscall.SIGCONT)
-	a.waitOutput(t, "fenced", 60*time.Second)
+	// A goes on from the failpoint: the commit of the transaction it froze
+	// in (TxnOffsetCommit, then EndTxn, with the epoch B's recovery bumped)
+	// must be refused as fenced.
+	deadline := time.Now().Add(60 * time.Second)
+	for out := a.out.String(); !strings.Contains(out, `op="txn offset commit" class=fenced`) &&
+		!strings.Contains(out, `op="end txn (commit)" class=fenced`); out = a.out.String() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the commit of the frozen transaction was not refused as fenced within 60 s:\n%s", out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err := <-fed; err != nil {
 		t.Fatal(err)
 	}
