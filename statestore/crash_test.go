@@ -149,6 +149,9 @@ type workload struct {
 	committed uint64
 	floors    int
 	durable   uint64
+	// loadStreaks: commits are Loads except every 300th (a bulk restore
+	// of many buffers, spilled, then ended by a Commit).
+	loadStreaks bool
 }
 
 func (w *workload) step(s *Store, b *Batch) error {
@@ -165,13 +168,16 @@ func (w *workload) step(s *Store, b *Batch) error {
 		b.Put(gen, keyOf(i, uint64(j)), i)
 	}
 	commit := s.Commit
-	if w.rng.IntN(3) == 0 {
+	if w.rng.IntN(3) == 0 || (w.loadStreaks && i%300 != 0) {
 		commit = s.Load // a bulk restore's commit
 	}
 	if _, err := commit(b, State{Generation: gen, Checkpoint: checkpointOf(i)}); err != nil {
 		return err
 	}
 	w.committed, w.floors = i, 0
+	if w.loadStreaks && i%300 != 0 {
+		return nil // no Expire or Flush ends the streak's load early
+	}
 	switch r := w.rng.IntN(100); {
 	case r < 4 && gen > 3:
 		floor := gen - 3 + uint64(w.rng.IntN(2))

@@ -11,14 +11,18 @@ import (
 
 // Load records the keys of b and st like Commit, for a bulk restore from
 // the output topic: the keys are only appended to a buffer (no commit log,
-// no hash index), sorted in chunks as it fills, which the flusher merges and
-// writes as runs each time it holds MemTableSize worth of keys, recording
-// the state of its last Load with them. A crash loses the Loads since the last such run, and the store
-// reopens at an earlier state, from which the restore reads again.
+// no hash index), sorted in chunks as it fills. Each time it holds
+// MemTableSize worth of keys the flusher sorts it and spills it to a file;
+// when the load ends, one merge of the spills writes each generation's
+// keys as one run, with the state of the last Load (see loadspill.go). A
+// crash before then loses the Loads (the store reopens at its state before
+// them, from which the restore reads again); a load of more than
+// loadMaxSpills buffers is also written as runs every loadMaxSpills
+// buffers, so a crash loses at most that many.
 //
 // Loaded keys are not visible to reads until the load ends: the next
 // Commit, Expire, Flush, Compact, Close or read (OpenReader, Get, Lookup,
-// ScanGeneration, Generations) first writes the buffer as runs and waits for
+// ScanGeneration, Generations) first writes them as runs and waits for
 // them, so every read still sees every key loaded before it.
 func (s *Store) Load(b *Batch, st State) (State, error) {
 	if b.s != s {
@@ -61,26 +65,29 @@ func (s *Store) Load(b *Batch, st State) (State, error) {
 	s.mu.Unlock()
 	s.loading.Store(true)
 	if uint64(s.loadBuf.n) >= s.memKeys {
-		if err := s.handOverLoad(); err != nil {
+		if err := s.handOverLoad(s.spill.posted >= loadMaxSpills); err != nil {
 			return State{}, err
 		}
 	}
 	return st, nil
 }
 
-// handOverLoad passes the load buffer to the flusher. Under wmu.
-func (s *Store) handOverLoad() error {
+// handOverLoad passes the load buffer (nil: none) to the flusher, to
+// spill, or (final) to write with the spills as runs. Under wmu.
+func (s *Store) handOverLoad(final bool) error {
 	prev := s.job
 	if err := s.awaitFlush(); err != nil {
 		return err
 	}
-	if prev != nil && prev.loaded != nil {
+	if prev != nil && prev.loaded != nil && s.loadBuf != nil {
 		// Done with: its chunks fill next, its merge output serves this
 		// buffer (one merge at a time: one output array).
 		s.loadSpare = prev.loaded
 		s.loadBuf.sorted, s.loadSpare.sorted = s.loadSpare.sorted, nil
 	}
-	s.loadBuf.seal() // here, not on the flusher
+	if s.loadBuf != nil {
+		s.loadBuf.seal() // here, not on the flusher
+	}
 	s.mu.Lock()
 	st := s.state
 	st.Checkpoint = append([]byte(nil), s.state.Checkpoint...)
@@ -89,20 +96,28 @@ func (s *Store) handOverLoad() error {
 	job := &flushJob{loaded: s.loadBuf, state: st, floor: floor, done: make(chan struct{})}
 	s.loadBuf = nil
 	s.job = job
-	if !s.postFlush(job) {
+	if final {
+		if s.spill.posted >= loadMaxSpills {
+			s.spill.capped++
+		}
+		s.spill.posted = 0
+	} else {
+		s.spill.posted++
+	}
+	if !s.postLoad(job, final) {
 		return s.fatal.get()
 	}
 	return nil
 }
 
-// finishLoad writes what Load buffered as runs and waits for them. Under
-// wmu.
+// finishLoad writes what Load buffered and spilled as runs and waits for
+// them. Under wmu.
 func (s *Store) finishLoad() error {
 	if !s.loading.Load() {
 		return nil
 	}
-	if s.loadBuf != nil && s.loadBuf.n > 0 {
-		if err := s.handOverLoad(); err != nil {
+	if (s.loadBuf != nil && s.loadBuf.n > 0) || s.spill.posted > 0 {
+		if err := s.handOverLoad(true); err != nil {
 			return err
 		}
 	}
@@ -111,9 +126,10 @@ func (s *Store) finishLoad() error {
 	}
 	s.loading.Store(false)
 	// The buffers go with the load: 32 bytes per key in each of three
-	// (the one filling, the one the flusher merges and its output), about
+	// (the one filling, the one the flusher sorts and its output), about
 	// twice MemTableSize.
 	s.loadSpare = nil
+	s.loadBuf = nil
 	if s.job != nil {
 		s.job.loaded = nil
 	}
@@ -142,7 +158,7 @@ const loadChunkKeys = 128 << 10
 // BenchmarkRestore profile). Each chunk is sorted when it fills, on the
 // loading goroutine (the stage's, which waits on the reader and has time to
 // spare), so the flusher, which writes the runs, only merges sorted chunks
-// (sortLoaded). A buffer goes to the flusher whole and comes back for reuse
+// (sortLoaded) before it spills or writes them. A buffer goes to the flusher whole and comes back for reuse
 // (Store.loadSpare).
 type loadBuffer struct {
 	chunks [][]memEntry // full (loadChunkKeys) and sorted but the last

@@ -1,10 +1,12 @@
 package statestore
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/partition"
 )
 
@@ -102,5 +104,103 @@ func TestSortLoadedMatchesReference(t *testing.T) {
 		if got := sortLoaded(lb); !slices.Equal(got, want) {
 			t.Fatalf("round %d (%d keys): sortLoaded differs from the reference (%d vs %d keys)", round, n, len(got), len(want))
 		}
+	}
+}
+
+// TestCrashConsistencyBulkLoad is TestCrashConsistency with long streaks of
+// Loads: each streak spills more buffers than loadMaxSpills (so a load
+// writes runs at its durable point and at its end), and crash clones taken
+// in the middle of a streak must reopen at a state whose keys are all
+// there and none of a later commit (a spill claims nothing).
+func TestCrashConsistencyBulkLoad(t *testing.T) {
+	const commits = 1200
+	for seed := uint64(1); seed <= soakSeeds(1); seed++ {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			fs := vfs.NewCrashableMem()
+			opts := testOptions(fs)
+			opts.VersionMode = true
+			opts.MemTableSize = 64 << 10 // 1024 keys a buffer: a spill every ~17 Loads
+			s := mustOpen(t, "db", opts)
+			w := &workload{rng: rand.New(rand.NewPCG(seed, 11)), h: newHistory(), loadStreaks: true}
+			b := s.NewBatch()
+			var points []crashPoint
+			for w.committed < commits {
+				if err := w.step(s, b); err != nil {
+					t.Fatal(err)
+				}
+				if w.rng.IntN(15) == 0 {
+					pc := []int{0, 30, 100}[w.rng.IntN(3)]
+					clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pc, RNG: w.rng})
+					points = append(points, crashPoint{fs: clone, committed: w.committed, floors: w.floors, durable: w.durable, unsyncedPc: pc})
+				}
+			}
+			if s.spill.capped == 0 {
+				t.Fatalf("%d spills written, no load reached loadMaxSpills: the test does not cover its durable point", s.spill.seq)
+			}
+			mustClose(t, s)
+			points = append(points, crashPoint{fs: fs.CrashClone(vfs.CrashCloneCfg{}), committed: w.committed, floors: w.floors, durable: w.committed})
+			for _, cp := range points {
+				checkRecovered(t, w.h, cp, opts)
+			}
+			t.Logf("%d crash points checked", len(points))
+		})
+	}
+}
+
+// TestLoadNewestVersionWins: a key loaded in several buffers (spilled, and
+// the last one still in memory when the load ends) keeps the version of
+// its last Load, in version mode, whichever buffer held it; and keys of
+// several generations, some split into hash halves, all come back.
+func TestLoadNewestVersionWins(t *testing.T) {
+	opts := testOptions(vfs.NewMem())
+	opts.VersionMode = true
+	opts.MemTableSize = 64 << 10
+	s := mustOpen(t, "db", opts)
+	defer mustClose(t, s)
+	b := s.NewBatch()
+	rng := rand.New(rand.NewPCG(3, 4))
+	const keys, rounds = 3000, 40
+	want := map[partition.Hash]uint64{}
+	genOf := map[partition.Hash]uint64{}
+	for r := range rounds {
+		for range 100 {
+			k := uint64(rng.IntN(keys))
+			h := keyOf(k, 0)
+			gen := 1 + k%3
+			if k < 100 {
+				gen = 4 // a small generation: one sstable, both halves
+			}
+			v := uint64(r*1000) + uint64(rng.IntN(1000))
+			b.Put(gen, h, v)
+			want[h], genOf[h] = v, gen
+		}
+		if _, err := s.Load(b, State{Generation: 4, Checkpoint: checkpointOf(uint64(r))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 4000 Loads of 3000 keys into buffers of 1024 keys: a few spills.
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if s.spill.seq == 0 {
+		t.Fatal("no spill written: the test does not cover the merge of spills")
+	}
+	for h, v := range want {
+		got, found, err := s.Get(genOf[h], h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !found || got != v {
+			t.Fatalf("key %v of gen %d: found %t version %d, want the last loaded %d", h, genOf[h], found, got, v)
+		}
+	}
+	n := 0
+	for gen := uint64(1); gen <= 4; gen++ {
+		if err := s.ScanGeneration(gen, func(partition.Hash, uint64) error { n++; return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != len(want) {
+		t.Fatalf("the store holds %d keys, want %d", n, len(want))
 	}
 }

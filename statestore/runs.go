@@ -279,7 +279,7 @@ func (rw *runWriter) finish() (run, error) {
 // flushJob hands a full memIndex to the flusher.
 type flushJob struct {
 	mem    *memIndex
-	loaded *loadBuffer // instead of mem: the keys of Loads
+	loaded *loadBuffer // instead of mem: the keys of Loads (loadspill.go)
 	state  State       // the state of the last commit in mem
 	floor  uint64      // the floor in force when mem was handed over
 	err    error
@@ -326,36 +326,21 @@ func (s *Store) flushMem(job *flushJob) error {
 	var next func() []memEntry
 	// keysOf is how many keys of gen the flush writes: its run's filter
 	// is sized for them.
-	var keysOf func(gen uint64) uint64
-	if job.mem != nil {
-		keysOf = job.mem.keysOf
-		s.flushRefs, s.flushTmp, s.flushCounts = job.mem.sortRefs(s.flushRefs, s.flushTmp, s.flushCounts)
-		refs, m := s.flushRefs, job.mem
-		if s.flushGather == nil {
-			s.flushGather = make([]memEntry, memGatherLen)
+	keysOf := job.mem.keysOf
+	s.flushRefs, s.flushTmp, s.flushCounts = job.mem.sortRefs(s.flushRefs, s.flushTmp, s.flushCounts)
+	refs, m := s.flushRefs, job.mem
+	if s.flushGather == nil {
+		s.flushGather = make([]memEntry, memGatherLen)
+	}
+	next = func() []memEntry {
+		n := min(len(refs), memGatherLen)
+		if n == 0 {
+			return nil
 		}
-		next = func() []memEntry {
-			n := min(len(refs), memGatherLen)
-			if n == 0 {
-				return nil
-			}
-			out := s.flushGather[:n]
-			m.gatherRefs(out, refs[:n])
-			refs = refs[n:]
-			return out
-		}
-	} else {
-		es := sortLoaded(job.loaded)
-		keysOf = func(gen uint64) uint64 {
-			lo, _ := slices.BinarySearchFunc(es, gen, func(e memEntry, g uint64) int { return cmpU64(e.gen, g) })
-			hi, _ := slices.BinarySearchFunc(es, gen+1, func(e memEntry, g uint64) int { return cmpU64(e.gen, g) })
-			return uint64(hi - lo)
-		}
-		next = func() []memEntry {
-			out := es
-			es = nil
-			return out
-		}
+		out := s.flushGather[:n]
+		m.gatherRefs(out, refs[:n])
+		refs = refs[n:]
+		return out
 	}
 	rs := s.runs.Load().clone()
 	var written []run

@@ -84,6 +84,7 @@ type Store struct {
 	loadBuf   *loadBuffer // keys of Loads not yet handed to the flusher (under wmu)
 	loadSpare *loadBuffer // a load buffer the flusher is done with, for reuse (under wmu)
 	loading   atomic.Bool // Loads not yet all in runs
+	spill     loadSpills  // the spills of the load (loadspill.go)
 
 	w     *worker // runs every write-path Pebble call (see worker)
 	reads *worker // runs the read-path Pebble calls where needed (see readOnCaller)
