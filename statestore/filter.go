@@ -112,6 +112,7 @@ type runFilterWriter struct {
 	// halved).
 	pending [runFilterPending][2]uint64
 	n       int
+	touched byte // keeps setPending's reads
 }
 
 const runFilterPending = 64
@@ -127,8 +128,20 @@ func (w *runFilterWriter) AddKey(key []byte) {
 
 // setPending sets the bits of the pending keys.
 func (w *runFilterWriter) setPending() {
+	// First read one byte of every pending key's block: loads without
+	// dependencies between them, so the CPU has many misses in flight;
+	// the bit setting below, a chain of read-modify-writes per key, kept
+	// only a few keys' misses in flight (BenchmarkRunFilterWriter: about
+	// half the CPU per key into a 10M-key filter).
+	var touch byte
+	for i := range w.pending[:w.n] {
+		hi, _ := bits.Mul64(w.pending[i][0], w.blocks)
+		w.pending[i][0] = hi
+		touch |= w.buf[hi*runFilterBlockBytes]
+	}
+	w.touched = touch
 	for _, p := range w.pending[:w.n] {
-		hi, _ := bits.Mul64(p[0], w.blocks)
+		hi := p[0]
 		blk := w.buf[hi*runFilterBlockBytes : (hi+1)*runFilterBlockBytes]
 		probes := p[1]
 		for range runFilterProbes {
