@@ -60,7 +60,7 @@ var (
 	descSubFilters  = prometheus.NewDesc("dedupstream_bloom_subfilters", "Bloom sub-filters of each live generation: 1, plus one each time the generation filled up (it received more keys than dedup.expected_keys sized it for).", lpa, nil)
 	descFPR         = prometheus.NewDesc("dedupstream_bloom_estimated_false_positive_rate", "Probability, estimated from the bits set, that the Bloom front reports an absent key as maybe present.", lp, nil)
 	descRestoreLeft = prometheus.NewDesc("dedupstream_restore_remaining_records", "Output offsets still to read back in the running restore; 0 when none runs.", lp, nil)
-	descRestoreDone = prometheus.NewDesc("dedupstream_restore_progress_ratio", "Progress of the latest restore from the output, 0 to 1 (1 when done or when none was needed).", lp, nil)
+	descRestoreDone = prometheus.NewDesc("dedupstream_restore_progress_ratio", "Progress of the latest restore from the output, 0 to 1 (1 once the restored keys are durable in the store, or when none was needed; at most 0.99 before).", lp, nil)
 	descRecovery    = prometheus.NewDesc("dedupstream_recoveries_total", "Runs of the recovery protocol, start-up included, over all partitions.", nil, nil)
 	descReady       = prometheus.NewDesc("dedupstream_ready_stages", "Stages that completed recovery and process input.", nil, nil)
 	descAssigned    = prometheus.NewDesc("dedupstream_assigned_partitions", "Partitions this instance owns now (group mode: in the current generation, 0 between generations).", nil, nil)

@@ -252,7 +252,8 @@ func (m *stageMetrics) restored(from, to int64, b *fetch.Batch) {
 	m.restoredUpTo(from, to, b.NextOffset, len(b.Records))
 }
 
-// restoredUpTo is restored for a batch of n records that ends at next.
+// restoredUpTo is restored for a batch of n records that ends at next. The
+// progress stays below 1 until restoreDurable.
 func (m *stageMetrics) restoredUpTo(from, to, next int64, n int) {
 	if m.restoreProg == nil || m.restoreFrom != from {
 		m.restoreFrom = from
@@ -266,18 +267,31 @@ func (m *stageMetrics) restoredUpTo(from, to, next int64, n int) {
 	done := next - from
 	m.restoreProg.Set(done)
 	left := max(to-next, 0)
-	if left == 0 {
-		m.restoreProg.Finish()
-		m.restoreProg, m.restoreFrom = nil, -1
-	}
 	pm := m.pm
 	pm.mu.Lock()
 	defer pm.mu.Unlock()
 	pm.restored += uint64(n)
 	pm.storeWrites += uint64(n)
 	pm.restoreLeft = left
-	pm.restoreFrac = 1
+	pm.restoreFrac = restoreReadCap
 	if to > from {
-		pm.restoreFrac = min(float64(done)/float64(to-from), 1)
+		pm.restoreFrac = min(float64(done)/float64(to-from), restoreReadCap)
 	}
+}
+
+// restoreReadCap is the most the restore progress shows while the keys
+// read are not yet durable in the store: it reaches 1 at restoreDurable.
+const restoreReadCap = 0.99
+
+// restoreDurable ends the restore's progress: the store holds every
+// restored key durably (Stage.EndRestore returned).
+func (m *stageMetrics) restoreDurable() {
+	if m.restoreProg != nil {
+		m.restoreProg.Finish()
+		m.restoreProg, m.restoreFrom = nil, -1
+	}
+	pm := m.pm
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	pm.restoreLeft, pm.restoreFrac = 0, 1
 }
