@@ -25,11 +25,12 @@ type keyedBatch struct {
 // committing the checkpoint of input positions resume and the offset after
 // it. It returns how many records it restored.
 //
-// Two goroutines share the work: one reads the output and keys its records
-// (pipeline.RestoreKeyer: the JSON extraction and the hash, most of a
-// restore's cost), the caller's records the keys in the Bloom front and the
-// store (Stage.RestoreKeyed), in output order, while the next batch is read
-// and keyed. When the output is read, the store writes what it still holds
+// Three goroutines share the work: one reads the output and keys half of
+// each batch's records while a helper keys the other half (splitKeyer:
+// the JSON extraction and the hash, the costliest part of the read side),
+// the caller's records the keys in the Bloom front and the store
+// (Stage.RestoreKeyed), in output order, while the next batch is read and
+// keyed. When the output is read, the store writes what it still holds
 // in memory (Stage.EndRestore), so the restore ends with every key in the
 // store. BenchmarkRestore measures it.
 func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int64) (int, error) {
@@ -41,9 +42,10 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 	}
 	full := make(chan *keyedBatch, restoreAhead)
 	readErr := make(chan error, 1)
-	keyer := r.stage.NewRestoreKeyer()
+	keyer := newSplitKeyer(r.stage)
 	go func() {
 		defer close(full)
+		defer keyer.close() // its only user is this goroutine
 		var recs []pipeline.Record
 		readErr <- r.out.ReadRange(ctx, from, fetch.ToLastStable, func(b *fetch.Batch) error {
 			var kb *keyedBatch
@@ -53,7 +55,7 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 				return ctx.Err()
 			}
 			recs = convert(recs, b)
-			if err := keyer.Key(recs, &kb.keys); err != nil {
+			if err := keyer.key(recs, &kb.keys); err != nil {
 				return &fatalError{err}
 			}
 			kb.next, kb.n = b.NextOffset, len(b.Records)
@@ -103,4 +105,56 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 	// runs took longer than the read).
 	r.met.restoreDurable()
 	return restored, nil
+}
+
+// splitKeyMin is the smallest batch splitKeyer hands half of to its
+// helper: below it the hand-off costs more than it saves.
+const splitKeyMin = 256
+
+// splitKeyer keys a batch of output records on two goroutines, the
+// caller's and a helper's, half each: keying on the reading goroutine alone
+// bound the read side of a restore (0.37 us per key of 10M against the
+// 0.22 us of the read alone).
+type splitKeyer struct {
+	own, other *pipeline.RestoreKeyer
+	work       chan splitWork
+	done       chan error
+}
+
+type splitWork struct {
+	in []pipeline.Record
+	b  *pipeline.Restored
+	at int
+}
+
+func newSplitKeyer(s *pipeline.Stage) *splitKeyer {
+	k := &splitKeyer{own: s.NewRestoreKeyer(), other: s.NewRestoreKeyer(), work: make(chan splitWork), done: make(chan error)}
+	go func() {
+		for w := range k.work {
+			k.done <- k.other.KeyInto(w.in, w.b, w.at)
+		}
+	}()
+	return k
+}
+
+// close ends the helper; key must not be called after it.
+func (k *splitKeyer) close() { close(k.work) }
+
+// key replaces the contents of b with the keys of in, as
+// pipeline.RestoreKeyer.Key does.
+func (k *splitKeyer) key(in []pipeline.Record, b *pipeline.Restored) error {
+	if len(in) < splitKeyMin {
+		return k.own.Key(in, b)
+	}
+	b.SetLen(len(in))
+	half := len(in) / 2
+	k.work <- splitWork{in: in[half:], b: b, at: half}
+	err := k.own.KeyInto(in[:half], b, 0)
+	if err2 := <-k.done; err == nil {
+		err = err2
+	}
+	if err != nil {
+		b.SetLen(0)
+	}
+	return err
 }

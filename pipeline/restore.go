@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/statestore"
@@ -53,16 +54,32 @@ func (s *Stage) NewRestoreKeyer() *RestoreKeyer {
 // keyed once already, so this means the output topic holds records no
 // stage of this configuration wrote.
 func (k *RestoreKeyer) Key(in []Record, b *Restored) error {
-	b.reset()
+	b.SetLen(len(in))
+	if err := k.KeyInto(in, b, 0); err != nil {
+		b.reset()
+		return err
+	}
+	return nil
+}
+
+// SetLen makes b a batch of n records, to be filled by KeyInto (several
+// RestoreKeyers may fill disjoint ranges of it at once).
+func (b *Restored) SetLen(n int) {
+	b.hs, b.versions, b.tsMs = slices.Grow(b.hs[:0], n)[:n], slices.Grow(b.versions[:0], n)[:n], slices.Grow(b.tsMs[:0], n)[:n]
+}
+
+// KeyInto keys in as records at..at+len(in)-1 of b (see SetLen). On an
+// error (as Key's) the batch must not be recorded.
+func (k *RestoreKeyer) KeyInto(in []Record, b *Restored, at int) error {
+	hs, versions, tsMs := b.hs[at:at+len(in)], b.versions[at:at+len(in)], b.tsMs[at:at+len(in)]
 	for i := range in {
 		key, version, err := k.keyer.identity(&in[i])
 		if err != nil {
-			b.reset()
-			return fmt.Errorf("pipeline: restore: output record %d: %w", i, err)
+			return fmt.Errorf("pipeline: restore: output record %d: %w", at+i, err)
 		}
-		b.hs = append(b.hs, partition.HashKey(key))
-		b.versions = append(b.versions, version)
-		b.tsMs = append(b.tsMs, in[i].TimestampMs)
+		hs[i] = partition.HashKey(key)
+		versions[i] = version
+		tsMs[i] = in[i].TimestampMs
 	}
 	return nil
 }

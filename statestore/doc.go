@@ -152,6 +152,24 @@
 // registry does not name, and Open deletes them (their keys are still in
 // the log). Seq counts commits.
 //
+// # Bulk loads
+//
+// A restore from the output topic records its keys with Load: no commit
+// log and no hash index, only a buffer sorted in chunks as it fills. Each
+// full buffer (MemTableSize worth of keys) is sorted and spilled to a plain
+// file in dir/ingest (16 bytes per key, 24 in version mode); when the load
+// ends, one k-way merge of the spills writes each generation as one run,
+// its two hash halves as two sstables written on two goroutines, recorded
+// with the load's last state in one synced batch. A key is thus written
+// into an sstable once. Writing every buffer as a run and letting the
+// size-tiered merges combine them wrote each key about 1.8 times at 10M
+// keys and read the runs back through Pebble (BenchmarkRestore: 2.19 ->
+// 1.25 us of CPU per key at 10M). The spills are claimed by nothing: a
+// crash before the final batch reopens the store at its state before the
+// load, and Open removes them with the ingest directory. A load of more
+// than 16 buffers is written as runs every 16 (a durable point that also
+// bounds the merge's fan-in and the spills' disk).
+//
 // # Crash semantics
 //
 // Commits are not synced. With the commit log (the default) a Commit is
