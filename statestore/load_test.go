@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/partition"
 )
@@ -202,5 +204,66 @@ func TestLoadNewestVersionWins(t *testing.T) {
 	}
 	if n != len(want) {
 		t.Fatalf("the store holds %d keys, want %d", n, len(want))
+	}
+}
+
+// BenchmarkLoadWrite writes one loaded run of 1M sorted keys as
+// writeLoadPart does (the store's level-6 writer options and run filter),
+// with the data block size of the options and larger ones: CPU ns per key
+// of the sstable writer, for the bulk path's choice of options.
+func BenchmarkLoadWrite(b *testing.B) {
+	const n = 1_000_000
+	rng := rand.New(rand.NewPCG(7, 8))
+	hs := make([]partition.Hash, n)
+	for i := range hs {
+		hs[i] = partition.Hash{Hi: rng.Uint64(), Lo: rng.Uint64()}
+	}
+	slices.SortFunc(hs, func(a, b partition.Hash) int {
+		if a.Hi != b.Hi {
+			return cmpU64(a.Hi, b.Hi)
+		}
+		return cmpU64(a.Lo, b.Lo)
+	})
+	fs := vfs.NewMem()
+	s := mustOpen(b, "db", testOptions(fs))
+	defer mustClose(b, s)
+	base := s.po.MakeWriterOptions(6, s.db.TableFormat())
+	for _, bs := range []int{0, 16 << 10, 64 << 10} {
+		name := "block=default"
+		if bs > 0 {
+			name = fmt.Sprintf("block=%dk", bs>>10)
+		}
+		b.Run(name, func(b *testing.B) {
+			var cpu int64
+			var size int64
+			for b.Loop() {
+				wo := base
+				if bs > 0 {
+					wo.BlockSize = bs
+				}
+				wo.FilterPolicy = runFilter{keys: n}
+				f, err := fs.Create("bench.sst", vfs.WriteCategoryUnspecified)
+				if err != nil {
+					b.Fatal(err)
+				}
+				start := cpuTime()
+				w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
+				var key [bucketKeyLen]byte
+				for _, h := range hs {
+					putRunKey(key[:], 3, 9, h)
+					if err := w.Set(key[:], nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := w.Close(); err != nil {
+					b.Fatal(err)
+				}
+				cpu += int64(cpuTime() - start)
+				fi, _ := fs.Stat("bench.sst")
+				size = fi.Size()
+			}
+			b.ReportMetric(float64(cpu)/float64(b.N*n), "cpu-ns/key")
+			b.ReportMetric(float64(size)/n, "bytes/key")
+		})
 	}
 }
