@@ -3,6 +3,7 @@ package filter
 import (
 	"fmt"
 	"math/bits"
+	"runtime"
 	"unsafe"
 
 	"github.com/bits-and-blooms/bloom/v3"
@@ -30,7 +31,7 @@ type Filter struct {
 	grown uint64 // bit i set: slots[i] has more than one sub-filter
 	tag   uint64
 	mark  uint64
-	sink  uint64 // keeps MaskAll's reading ahead alive
+	mem   *arena // the bitsets mapped outside the Go heap
 }
 
 // slot is one generation: its first sub-filter, which every generation has
@@ -72,18 +73,22 @@ func newFilter(cfg Config, gen uint64) *Filter {
 		nblocks: first.m / blockBits,
 		full0:   first.full,
 		slots:   make([]slot, cfg.Generations),
+		mem:     &arena{},
 	}
+	runtime.AddCleanup(f, (*arena).release, f.mem)
 	for i := range f.slots {
-		s := newSub(first)
+		s := f.mem.newSub(first)
 		f.slots[i] = slot{subs: []sub{s}, words: s.words}
 	}
 	f.setCurrent(gen)
 	return f
 }
 
-func newSub(sh shape) sub {
-	bf := bloom.New(uint(sh.m), uint(sh.k))
-	return sub{bf: bf, words: bf.BitSet().Words(), m: sh.m, k: sh.k, nblocks: sh.m / blockBits, full: sh.full}
+// newSub returns an empty sub-filter of shape sh whose bitset a allocates.
+func (a *arena) newSub(sh shape) sub {
+	words := a.alloc(int(sh.m / 64))
+	bf := bloom.FromWithM(words, uint(sh.m), uint(sh.k))
+	return sub{bf: bf, words: words, m: sh.m, k: sh.k, nblocks: sh.m / blockBits, full: sh.full}
 }
 
 // setCurrent makes gen the newest generation, held by slots[head].
@@ -156,6 +161,9 @@ func (f *Filter) Advance(gen uint64) {
 // reset empties slots[idx] for a new generation.
 func (f *Filter) reset(idx int) {
 	s := &f.slots[idx]
+	for j := 1; j < len(s.subs); j++ {
+		f.mem.free(s.subs[j].words)
+	}
 	clear(s.subs[1:])
 	s.subs = s.subs[:1]
 	s.subs[0].bf.ClearAll()
@@ -169,7 +177,9 @@ func (f *Filter) reset(idx int) {
 // definitely not: a key added to a generation that is still live always tests
 // true.
 func (f *Filter) Test(h partition.Hash) bool {
-	return f.match(h, true) != 0
+	ok := f.match(h, true) != 0
+	runtime.KeepAlive(f) // the bitsets may be unmapped once f is unreachable
+	return ok
 }
 
 // Mask returns the live generations whose sub-filters may hold h as a bit
@@ -177,7 +187,11 @@ func (f *Filter) Test(h partition.Hash) bool {
 // was added to is in it. It is Candidates without the slice, for a caller
 // that probes a whole batch of keys before deciding any (the CPU then
 // overlaps the cache misses of consecutive keys).
-func (f *Filter) Mask(h partition.Hash) uint64 { return f.match(h, false) }
+func (f *Filter) Mask(h partition.Hash) uint64 {
+	m := f.match(h, false)
+	runtime.KeepAlive(f)
+	return m
+}
 
 // Candidates appends to dst the live generations whose sub-filters may hold
 // h, newest first, and returns the extended slice. Every live generation h
@@ -187,12 +201,14 @@ func (f *Filter) Candidates(h partition.Hash, dst []uint64) []uint64 {
 	for mask := f.match(h, false); mask != 0; mask &= mask - 1 {
 		dst = append(dst, f.cur-uint64(bits.TrailingZeros64(mask)))
 	}
+	runtime.KeepAlive(f)
 	return dst
 }
 
 // Add records h in the newest generation.
 func (f *Filter) Add(h partition.Hash) {
 	f.insert(f.head, h)
+	runtime.KeepAlive(f)
 }
 
 // addAhead is how many keys AddAll prefetches ahead of the one it inserts.
@@ -213,6 +229,7 @@ func (f *Filter) AddAll(hs []partition.Hash) {
 		}
 		f.insert(f.head, hs[i])
 	}
+	runtime.KeepAlive(f)
 }
 
 // AddTo records h in generation gen, for rebuilding the filter from a scan of
@@ -222,6 +239,7 @@ func (f *Filter) AddTo(gen uint64, h partition.Hash) bool {
 		return false
 	}
 	f.insert(f.slotOf(int(f.cur-gen)), h)
+	runtime.KeepAlive(f)
 	return true
 }
 
@@ -247,7 +265,7 @@ func (f *Filter) grow(idx int) {
 		s.subs[n-1].full = s.subs[n-1].m + 1 // stop asking
 		return
 	}
-	s.subs = append(s.subs, newSub(f.cfg.shape(n)))
+	s.subs = append(s.subs, f.mem.newSub(f.cfg.shape(n)))
 	f.grown |= 1 << idx
 }
 

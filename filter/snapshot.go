@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
+	"runtime"
 	"strconv"
 
 	"github.com/bits-and-blooms/bitset"
@@ -65,6 +66,7 @@ func (f *Filter) WriteTo(w io.Writer) (int64, error) {
 		}
 		idx = f.prev(idx)
 	}
+	runtime.KeepAlive(f) // the bitsets may be unmapped once f is unreachable
 	var trailer [4]byte
 	binary.BigEndian.PutUint32(trailer[:], cw.crc)
 	if _, err := cw.Write(trailer[:]); err != nil {
@@ -201,7 +203,7 @@ func (f *Filter) readSlot(cr *crcReader, idx int, gen uint64) error {
 	}
 	for j := range int(n) {
 		if j > 0 {
-			s.subs = append(s.subs, newSub(f.cfg.shape(j)))
+			s.subs = append(s.subs, f.mem.newSub(f.cfg.shape(j)))
 			f.grown |= 1 << idx
 		}
 		if err := s.subs[j].read(cr, gen, j); err != nil {

@@ -3,6 +3,7 @@ package filter
 import (
 	"math"
 	"math/bits"
+	"runtime"
 )
 
 // GenStats describes one live generation.
@@ -49,6 +50,7 @@ func (f *Filter) Stats() []GenStats {
 		out = append(out, g)
 		idx = f.prev(idx)
 	}
+	runtime.KeepAlive(f) // the bitsets may be unmapped once f is unreachable
 	return out
 }
 

@@ -1,0 +1,140 @@
+package filter
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// memCfg has generations of about 3.3 MB: mapped with huge pages.
+var memCfg = Config{KeysPerGeneration: 2_000_000, FalsePositiveRate: 0.01, Generations: 4}
+
+// vmaOf returns the /proc/self/smaps entry of the mapping holding addr.
+func vmaOf(t *testing.T, addr uintptr) map[string]string {
+	t.Helper()
+	file, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no smaps: %v", err)
+	}
+	defer file.Close()
+	var cur map[string]string
+	found := false
+	sc := bufio.NewScanner(file)
+	for sc.Scan() {
+		line := sc.Text()
+		var lo, hi uintptr
+		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 && strings.Contains(line, " ") {
+			if found {
+				return cur
+			}
+			cur = map[string]string{}
+			found = lo <= addr && addr < hi
+			continue
+		}
+		if k, v, ok := strings.Cut(line, ":"); ok && cur != nil {
+			cur[k] = strings.TrimSpace(v)
+		}
+	}
+	if found {
+		return cur
+	}
+	t.Fatalf("no mapping holds %#x", addr)
+	return nil
+}
+
+// TestBitsetsOnHugePages proves a large filter's bitsets are mapped at a
+// huge-page boundary in mappings the kernel may back with huge pages
+// (THPeligible), and that they are not in the Go heap's mappings.
+func TestBitsetsOnHugePages(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("huge pages are mapped on Linux only")
+	}
+	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || bytes.Contains(b, []byte("[never]")) {
+		t.Skipf("transparent huge pages are off: %q %v", b, err)
+	}
+	f := mustNew(t, memCfg, 0)
+	for i := range f.slots {
+		w := f.slots[i].words
+		addr := uintptr(unsafe.Pointer(unsafe.SliceData(w)))
+		if addr%hugePageSize != 0 {
+			t.Errorf("slot %d: bitset at %#x, not at a huge-page boundary", i, addr)
+		}
+		if vma := vmaOf(t, addr); vma["THPeligible"] != "1" {
+			t.Errorf("slot %d: mapping of the bitset at %#x: THPeligible %q, want 1 (MADV_HUGEPAGE)", i, addr, vma["THPeligible"])
+		}
+	}
+	if got, want := f.mem.mapped(), 4*(len(f.slots[0].words)*8+hugePageSize); got < 4*len(f.slots[0].words)*8 || got > want+4*hugePageSize {
+		t.Errorf("mapped %d bytes for 4 bitsets of %d", got, len(f.slots[0].words)*8)
+	}
+	// Write every page: the kernel backs the mapping with huge pages
+	// where it has them free (not asserted: memory may be fragmented).
+	for i := range f.slots {
+		for j := 0; j < len(f.slots[i].words); j += 512 {
+			f.slots[i].words[j] = 1
+		}
+	}
+	t.Logf("after touching %d MB of bitsets: %s", 4*len(f.slots[0].words)*8>>20, anonHugePages(t))
+	runtime.KeepAlive(f)
+}
+
+func anonHugePages(t *testing.T) string {
+	data, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return err.Error()
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(line, "AnonHugePages:") {
+			return strings.Join(strings.Fields(line), " ")
+		}
+	}
+	return "no AnonHugePages"
+}
+
+// TestMappedBitsetsReleased proves the mapped bitsets are unmapped when a
+// grown sub-filter leaves the window and when the Filter is dropped, and
+// that small bitsets stay in the Go heap.
+func TestMappedBitsetsReleased(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("bitsets are mapped on Linux only")
+	}
+	if n := mustNew(t, Config{KeysPerGeneration: 10_000, FalsePositiveRate: 0.01, Generations: 4}, 0).mem.mapped(); n != 0 {
+		t.Errorf("a 16 KB bitset was mapped (%d bytes)", n)
+	}
+	f := mustNew(t, memCfg, 0)
+	base := f.mem.mapped()
+	for i := range uint64(memCfg.KeysPerGeneration * 6 / 5) {
+		f.Add(key(nsOther, i))
+	}
+	if len(f.slots[f.head].subs) < 2 {
+		t.Fatal("generation 0 did not grow")
+	}
+	if f.mem.mapped() <= base {
+		t.Fatalf("grown sub-filters not mapped: %d bytes, %d before", f.mem.mapped(), base)
+	}
+	if !f.Test(key(nsOther, 7)) {
+		t.Fatal("a key of a grown generation tests negative")
+	}
+	f.Advance(uint64(memCfg.Generations)) // generation 0 leaves the window
+	if got := f.mem.mapped(); got != base {
+		t.Errorf("after the grown generation left: %d bytes mapped, want %d", got, base)
+	}
+	mem := f.mem
+	f = nil
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+		if mem.mapped() == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dropped filter still maps %d bytes", mem.mapped())
+		}
+	}
+}
