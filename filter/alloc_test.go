@@ -26,6 +26,7 @@ func TestHotPathAllocatesNothing(t *testing.T) {
 		}
 	}
 	dst := make([]uint64, 0, cfg.Generations)
+	masks := make([]uint64, 256)
 	var i int
 	next := func() partition.Hash { i++; return probes[i%len(probes)] }
 	gen := f.Current()
@@ -37,6 +38,7 @@ func TestHotPathAllocatesNothing(t *testing.T) {
 		{"Candidates", func() { dst = f.Candidates(next(), dst[:0]) }},
 		{"Add", func() { f.Add(next()) }},
 		{"AddAll", func() { f.AddAll(probes[:64]) }},
+		{"MaskAll", func() { f.MaskAll(probes[:256], masks) }},
 		{"AddTo", func() { f.AddTo(f.Oldest(), next()) }},
 		{"Advance by one", func() { gen++; f.Advance(gen) }},
 		{"Advance past the window", func() { gen += 10; f.Advance(gen) }},

@@ -194,7 +194,7 @@ func TestMaskAll(t *testing.T) {
 			}
 		}
 	}
-	for _, n := range []int{0, 1, 7, 8, 9, len(hs)} {
+	for _, n := range []int{0, 1, 7, 8, 9, maskAhead - 1, maskAhead, maskAhead + 1, len(hs)} {
 		masks := make([]uint64, n)
 		f.MaskAll(hs[:n], masks)
 		for i := range n {

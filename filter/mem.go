@@ -72,6 +72,17 @@ func (a *arena) free(words []uint64) {
 	}
 }
 
+// owns reports whether words is one of the arena's mapped bitsets.
+func (a *arena) owns(words []uint64) bool {
+	p := unsafe.Pointer(unsafe.SliceData(words))
+	for _, m := range a.maps {
+		if m.words == p {
+			return true
+		}
+	}
+	return false
+}
+
 // release unmaps every bitset of the arena: its Filter is unreachable.
 func (a *arena) release() {
 	for _, m := range a.maps {

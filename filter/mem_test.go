@@ -138,3 +138,69 @@ func TestMappedBitsetsReleased(t *testing.T) {
 		}
 	}
 }
+
+// TestSnapshotOfMappedBitsets: a filter whose bitsets are mapped, with a
+// grown generation, saves and loads to the same bits, and the loaded
+// filter reads them into mapped bitsets of its own (bitset.ReadFrom
+// reuses the words it is given).
+func TestSnapshotOfMappedBitsets(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("bitsets are mapped on Linux only")
+	}
+	f := mustNew(t, memCfg, 0)
+	for i := range uint64(memCfg.KeysPerGeneration * 6 / 5) { // grows generation 0
+		f.Add(key(nsOther, i))
+	}
+	f.Advance(1)
+	for i := range uint64(1000) {
+		f.Add(key(nsPresent, i))
+	}
+	path := t.TempDir() + "/f.bloom"
+	if err := SaveFile(path, f); err != nil {
+		t.Fatal(err)
+	}
+	g, err := LoadFile(path, memCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.mem.mapped() != f.mem.mapped() {
+		t.Errorf("loaded filter maps %d bytes, the saved one %d", g.mem.mapped(), f.mem.mapped())
+	}
+	for age := range g.nlive {
+		gs, fs := &g.slots[g.slotOf(age)], &f.slots[f.slotOf(age)]
+		if len(gs.subs) != len(fs.subs) {
+			t.Fatalf("age %d: %d sub-filters loaded, %d saved", age, len(gs.subs), len(fs.subs))
+		}
+		for j := range gs.subs {
+			sb := &gs.subs[j]
+			if !g.mem.owns(sb.words) || !slicesEqualWords(sb.words, sb.bf.BitSet().Words()) {
+				t.Errorf("age %d sub-filter %d: bitset not in the filter's mappings", age, j)
+			}
+			if !slicesEqualWords(sb.words, fs.subs[j].words) {
+				t.Errorf("age %d sub-filter %d: bits differ after load", age, j)
+			}
+		}
+	}
+	for i := range uint64(1000) {
+		if !g.Test(key(nsPresent, i)) || !g.Test(key(nsOther, i)) {
+			t.Fatalf("key %d lost in the snapshot", i)
+		}
+	}
+}
+
+// slicesEqualWords reports whether a and b are the same words in the same
+// memory.
+func slicesEqualWords(a, b []uint64) bool {
+	if len(a) != len(b) || len(a) == 0 {
+		return len(a) == len(b)
+	}
+	if unsafe.SliceData(a) == unsafe.SliceData(b) {
+		return true
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
