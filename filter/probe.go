@@ -122,8 +122,9 @@ func (f *Filter) matchGrown(h partition.Hash, mask uint64, any bool) uint64 {
 const maskAhead = 16
 
 // MaskAll sets masks[i] to Mask(hs[i]) for every i (len(masks) >=
-// len(hs)). Before testing key i it prefetches key i+maskAhead's block in
-// every live generation. A prefetch retires at once, so the misses of many
+// len(hs)). It first prefetches the blocks of the first maskAhead keys,
+// then, before testing key i, those of key i+maskAhead, in every live
+// generation. A prefetch retires at once, so the misses of many
 // keys are in flight while the CPU tests the earlier ones, whose blocks
 // then mostly hit the cache. Plain loads ahead, as before, also overlap
 // misses, but a load that misses holds up the reorder buffer, about two
@@ -132,16 +133,25 @@ const maskAhead = 16
 // 16 ahead.
 func (f *Filter) MaskAll(hs []partition.Hash, masks []uint64) {
 	masks = masks[:len(hs)]
+	for j := range min(maskAhead, len(hs)) {
+		f.prefetchBlocks(hs[j])
+	}
 	for i := range hs {
 		if j := i + maskAhead; j < len(hs) {
-			off := blockAt(hs[j], f.nblocks)
-			idx := f.head
-			for range f.nlive {
-				prefetch(uintptr(unsafe.Pointer(&f.slots[idx].words[off])))
-				idx = f.prev(idx)
-			}
+			f.prefetchBlocks(hs[j])
 		}
 		masks[i] = f.match(hs[i], false)
 	}
 	runtime.KeepAlive(f) // the bitsets may be unmapped once f is unreachable
+}
+
+// prefetchBlocks prefetches h's block in the first sub-filter of every
+// live generation.
+func (f *Filter) prefetchBlocks(h partition.Hash) {
+	off := blockAt(h, f.nblocks)
+	idx := f.head
+	for range f.nlive {
+		prefetch(uintptr(unsafe.Pointer(&f.slots[idx].words[off])))
+		idx = f.prev(idx)
+	}
 }
