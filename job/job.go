@@ -327,6 +327,9 @@ func (j *Job) Run(ctx context.Context) error {
 	if err == nil {
 		err = j.checkPartitionsRecord(ctx, layout.partitions)
 	}
+	if err == nil {
+		err = j.checkRouteRecord(ctx)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

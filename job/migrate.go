@@ -180,6 +180,9 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 	if err := j.writePartitionsRecord(ctx, n); err != nil && !errors.Is(err, errPartitionsTopicRefused) {
 		return ms, fmt.Errorf("job: migrate: %w", err)
 	}
+	if err := j.writeJobRecord(ctx, routeRecordKey, j.routeSettings()); err != nil && !errors.Is(err, errPartitionsTopicRefused) {
+		return ms, fmt.Errorf("job: migrate: %w", err)
+	}
 	return ms, nil
 }
 

@@ -66,8 +66,24 @@ var errPartitionsTopicRefused = errors.New("not authorized")
 // "partitions" record; 0 when the topic or the record does not exist.
 func (j *Job) readPartitionsRecord(ctx context.Context) (int, error) {
 	topic := PartitionsTopic(j.cfg.Job.ID)
-	recorded := 0
-	err := j.retryAdmin(ctx, "read the partition count record", func() error {
+	v, off, err := j.readJobRecord(ctx, partitionsRecordKey)
+	if err != nil || v == nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(string(v))
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%w: topic %q, offset %d: the partition count record holds %q, not a count: write the topics' count there (key %q) or delete the topic",
+			ErrTopics, topic, off, v, partitionsRecordKey)
+	}
+	return n, nil
+}
+
+// readJobRecord returns the value and offset of the partitions topic's
+// last record with key; nil when the topic or the record does not exist.
+func (j *Job) readJobRecord(ctx context.Context, key string) (value []byte, offset int64, err error) {
+	topic := PartitionsTopic(j.cfg.Job.ID)
+	err = j.retryAdmin(ctx, "read the "+key+" record", func() error {
+		value, offset = nil, -1
 		counts, err := j.partitionCounts(ctx, []string{topic})
 		if err != nil || counts[topic] == 0 {
 			return err
@@ -80,36 +96,33 @@ func (j *Job) readPartitionsRecord(ctx context.Context) (int, error) {
 		if err != nil {
 			return err
 		}
-		var bad error
-		err = f.ReadRange(ctx, offs.Earliest, offs.LastStable, func(b *fetch.Batch) error {
+		return f.ReadRange(ctx, offs.Earliest, offs.LastStable, func(b *fetch.Batch) error {
 			for _, r := range b.Records {
-				if string(r.Key) != partitionsRecordKey {
-					continue
+				if string(r.Key) == key {
+					value, offset = append([]byte{}, r.Value...), r.Offset
 				}
-				n, err := strconv.Atoi(string(r.Value))
-				if err != nil || n <= 0 {
-					bad = fmt.Errorf("%w: topic %q, offset %d: the partition count record holds %q, not a count: write the topics' count there (key %q) or delete the topic",
-						ErrTopics, topic, r.Offset, r.Value, partitionsRecordKey)
-					continue
-				}
-				recorded, bad = n, nil
 			}
 			return nil
 		})
-		if err == nil {
-			err = bad
-		}
-		return err
 	})
-	return recorded, err
+	return value, offset, err
 }
 
-// writePartitionsRecord records n in the partitions topic, creating the
-// topic (one partition, compacted, the cluster's default replication) when
-// it does not exist.
+// writePartitionsRecord records n in the partitions topic.
 func (j *Job) writePartitionsRecord(ctx context.Context, n int) error {
+	if err := j.writeJobRecord(ctx, partitionsRecordKey, strconv.Itoa(n)); err != nil {
+		return err
+	}
+	j.log.Info("recorded the partition count", "topic", PartitionsTopic(j.cfg.Job.ID), "partitions", n)
+	return nil
+}
+
+// writeJobRecord writes value under key to the partitions topic, creating
+// the topic (one partition, compacted, the cluster's default replication)
+// when it does not exist.
+func (j *Job) writeJobRecord(ctx context.Context, key, value string) error {
 	topic := PartitionsTopic(j.cfg.Job.ID)
-	return j.retryAdmin(ctx, "record the partition count", func() error {
+	return j.retryAdmin(ctx, "record the "+key, func() error {
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		cres, err := j.client.CreateTopics(rctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
@@ -126,15 +139,14 @@ func (j *Job) writePartitionsRecord(ctx context.Context, n int) error {
 		}
 		pres, err := j.client.Produce(rctx, &kafka.ProduceRequest{
 			Topic: topic, Partition: 0, RequiredAcks: kafka.RequireAll,
-			Records: kafka.NewRecordReader(kafka.Record{Key: kafka.NewBytes([]byte(partitionsRecordKey)), Value: kafka.NewBytes([]byte(strconv.Itoa(n)))}),
+			Records: kafka.NewRecordReader(kafka.Record{Key: kafka.NewBytes([]byte(key)), Value: kafka.NewBytes([]byte(value))}),
 		})
 		if err == nil {
 			err = pres.Error
 		}
 		if err != nil {
-			return fmt.Errorf("write %d to topic %q: %w", n, topic, err)
+			return fmt.Errorf("write %q to topic %q: %w", value, topic, err)
 		}
-		j.log.Info("recorded the partition count", "topic", topic, "partitions", n)
 		return nil
 	})
 }

@@ -1,0 +1,111 @@
+package job_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupstream/dedupstream/config"
+	"github.com/dedupstream/dedupstream/job"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// TestRouteChange: in repartition mode the route step places a key on
+// partition murmur2(business key) mod N, so the output's layout depends on
+// dedup.key, and in input mode it is whatever the producers did. The job
+// runs, stops, and starts again on the same state directories (or on
+// empty ones, as a new instance) with the route changed: another
+// dedup.key in repartition mode, or input mode switched to repartition.
+// Replays of every key then arrive. A stage restored from its own output
+// partition holds only the keys routed there under the old route, so the
+// start must be refused (exit 2: ErrTopics) until `dedupstream migrate`
+// rebuilt the stores under the new route; after migrate, the output read
+// back with kgo must hold no key twice.
+func TestRouteChange(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		before     func(*config.Config)
+		after      func(*config.Config)
+		emptyDisks bool
+	}{
+		{"repartition key order_id to order_id + status",
+			func(c *config.Config) { c.Input.Partitioning = "repartition" },
+			func(c *config.Config) {
+				c.Input.Partitioning = "repartition"
+				c.Dedup.Key = []string{"json:order_id", "json:status"}
+			}, false},
+		{"repartition key changed, empty disks",
+			func(c *config.Config) { c.Input.Partitioning = "repartition" },
+			func(c *config.Config) {
+				c.Input.Partitioning = "repartition"
+				c.Dedup.Key = []string{"json:order_id", "json:status"}
+			}, true},
+		{"input to repartition",
+			func(*config.Config) {},
+			func(c *config.Config) { c.Input.Partitioning = "repartition" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			const keys = 2_000
+			var first, replays []*kgo.Record
+			for i := range keys {
+				id := fmt.Sprintf("r-%d", i)
+				// The producers key by customer: records of one order stay
+				// on one partition, as input mode requires, but not on
+				// murmur2(order_id)'s.
+				p := int32(i % partitions)
+				first = append(first, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"status":"paid","msg":1}`, id)})
+				replays = append(replays, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"status":"paid","msg":2}`, id)})
+			}
+			cfg := e.config("0, 1, 2, 3")
+			tc.before(cfg)
+			e.produce(first)
+			r1 := e.start(cfg)
+			waitStaged(t, r1, keys)
+			e.stop(r1)
+
+			cfg2 := e.config("0, 1, 2, 3")
+			tc.after(cfg2)
+			if tc.emptyDisks {
+				cfg2.State.Dir += "-new"
+			}
+			e.produce(replays)
+			r2 := e.start(cfg2)
+			err := r2.wait(t, 60*time.Second)
+			if !errors.Is(err, job.ErrTopics) || !strings.Contains(err.Error(), "migrate") {
+				t.Fatalf("start under a changed route: err %v, want an ErrTopics refusal naming migrate", err)
+			}
+			if _, err := job.Migrate(e.ctx(60*time.Second), cfg2, job.Options{}); err != nil {
+				t.Fatalf("migrate: %v", err)
+			}
+			r3 := e.start(cfg2)
+			waitStaged(t, r3, keys)
+			e.stop(r3)
+			if repeats, total := countRepeats(t, e, partitions); repeats != 0 || total != keys {
+				t.Errorf("%d repeats in %d output records, want 0 in %d", repeats, total, keys)
+			}
+		})
+	}
+}
+
+// waitStaged waits until r's stages decided at least n records in
+// committed cycles and, in repartition mode, every routed record, with
+// nothing new routed for a second.
+func waitStaged(t *testing.T, r *running, n uint64) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	var last job.Stats
+	for {
+		st := r.job.Stats()
+		if st.In >= n && (st.RouteIn == 0 || st.In == st.Routed) && st == last {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stages decided %d of %d records after 60s (stats %+v)", st.In, n, st)
+		}
+		last = st
+		time.Sleep(time.Second)
+	}
+}
