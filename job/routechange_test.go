@@ -9,6 +9,7 @@ import (
 
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/job"
+	"github.com/dedupstream/dedupstream/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -29,22 +30,32 @@ func TestRouteChange(t *testing.T) {
 		before     func(*config.Config)
 		after      func(*config.Config)
 		emptyDisks bool
+		refused    bool // the second start must refuse
 	}{
 		{"repartition key order_id to order_id + status",
 			func(c *config.Config) { c.Input.Partitioning = "repartition" },
 			func(c *config.Config) {
 				c.Input.Partitioning = "repartition"
 				c.Dedup.Key = []string{"json:order_id", "json:status"}
-			}, false},
+			}, false, true},
 		{"repartition key changed, empty disks",
 			func(c *config.Config) { c.Input.Partitioning = "repartition" },
 			func(c *config.Config) {
 				c.Input.Partitioning = "repartition"
 				c.Dedup.Key = []string{"json:order_id", "json:status"}
-			}, true},
+			}, true, true},
 		{"input to repartition",
 			func(*config.Config) {},
-			func(c *config.Config) { c.Input.Partitioning = "repartition" }, false},
+			func(c *config.Config) { c.Input.Partitioning = "repartition" }, false, true},
+		{"input partitioner fnv1a to murmur2",
+			func(c *config.Config) { c.Input.Partitioner = "fnv1a" },
+			func(*config.Config) {}, false, true},
+		// The same route under other words: input mode on the Kafka key
+		// with murmur2 and repartition mode on the Kafka key. The records
+		// sit where murmur2 puts them, as input mode promises.
+		{"input to repartition on the kafka key (same route)",
+			func(c *config.Config) { c.Dedup.Key = []string{"key"} },
+			func(c *config.Config) { c.Input.Partitioning, c.Dedup.Key = "repartition", []string{"key"} }, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -55,9 +66,18 @@ func TestRouteChange(t *testing.T) {
 				// The producers key by customer: records of one order stay
 				// on one partition, as input mode requires, but not on
 				// murmur2(order_id)'s.
-				p := int32(i % partitions)
+				p, q := int32(i%partitions), int32(i%partitions)
+				switch tc.name {
+				case "input to repartition on the kafka key (same route)":
+					p = int32(partition.Murmur2Partition([]byte(id), partitions))
+					q = p
+				case "input partitioner fnv1a to murmur2":
+					// The producers switched partitioner with the config.
+					p = int32(partition.FNV1aPartition([]byte(id), partitions))
+					q = int32(partition.Murmur2Partition([]byte(id), partitions))
+				}
 				first = append(first, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"status":"paid","msg":1}`, id)})
-				replays = append(replays, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"status":"paid","msg":2}`, id)})
+				replays = append(replays, &kgo.Record{Topic: e.raw, Partition: q, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"status":"paid","msg":2}`, id)})
 			}
 			cfg := e.config("0, 1, 2, 3")
 			tc.before(cfg)
@@ -73,9 +93,25 @@ func TestRouteChange(t *testing.T) {
 			}
 			e.produce(replays)
 			r2 := e.start(cfg2)
-			err := r2.wait(t, 60*time.Second)
-			if !errors.Is(err, job.ErrTopics) || !strings.Contains(err.Error(), "migrate") {
-				t.Fatalf("start under a changed route: err %v, want an ErrTopics refusal naming migrate", err)
+			if !tc.refused {
+				waitStaged(t, r2, keys)
+				e.stop(r2)
+				if repeats, total := countRepeats(t, e, partitions); repeats != 0 || total != keys {
+					t.Errorf("%d repeats in %d output records, want 0 in %d", repeats, total, keys)
+				}
+				return
+			}
+			select {
+			case err := <-r2.done:
+				r2.done <- err // for the cleanup
+				if !errors.Is(err, job.ErrTopics) || !strings.Contains(err.Error(), "migrate") {
+					t.Fatalf("start under a changed route: err %v, want an ErrTopics refusal naming migrate", err)
+				}
+			case <-time.After(30 * time.Second):
+				waitStaged(t, r2, keys)
+				e.stop(r2)
+				repeats, total := countRepeats(t, e, partitions)
+				t.Fatalf("the job ran under a changed route: %d repeats in %d output records", repeats, total)
 			}
 			if _, err := job.Migrate(e.ctx(60*time.Second), cfg2, job.Options{}); err != nil {
 				t.Fatalf("migrate: %v", err)
