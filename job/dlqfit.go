@@ -91,30 +91,40 @@ func (j *Job) maxMessageBytes(ctx context.Context, topic string) int {
 }
 
 func (j *Job) describeMaxMessageBytes(ctx context.Context, topic string) (int, error) {
+	const name = "max.message.bytes"
+	v, err := j.describeTopicConfig(ctx, topic, name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%s = %q is not a positive integer", name, v)
+	}
+	return n, nil
+}
+
+// describeTopicConfig reads one configuration value of topic (its own or
+// the broker default it inherits) with DescribeConfigs.
+func (j *Job) describeTopicConfig(ctx context.Context, topic, name string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	const name = "max.message.bytes"
 	res, err := j.client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
 		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{name},
 	}}})
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	for _, r := range res.Resources {
 		if r.Error != nil {
-			return 0, r.Error
+			return "", r.Error
 		}
 		for _, e := range r.ConfigEntries {
 			if e.ConfigName == name {
-				n, err := strconv.Atoi(e.ConfigValue)
-				if err != nil || n <= 0 {
-					return 0, fmt.Errorf("%s = %q is not a positive integer", name, e.ConfigValue)
-				}
-				return n, nil
+				return e.ConfigValue, nil
 			}
 		}
 	}
-	return 0, fmt.Errorf("%s missing from the answer", name)
+	return "", fmt.Errorf("%s missing from the answer", name)
 }
 
 // maxBatchBytes is the producers' sink.Config.MaxBatchBytes: configured

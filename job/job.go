@@ -336,6 +336,7 @@ func (j *Job) Run(ctx context.Context) error {
 		}
 		return err
 	}
+	j.checkOutputRetention(ctx)
 	if err := j.openMemory(); err != nil {
 		return err
 	}

@@ -1,0 +1,50 @@
+package job_test
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dedupstream/dedupstream/job"
+)
+
+// TestOutputRetentionWarning: an output topic that keeps records for less
+// than a key is remembered cannot restore an empty store's window; the job
+// says so at start, naming the setting to raise. A retention that covers
+// the window gives no warning.
+func TestOutputRetentionWarning(t *testing.T) {
+	const warning = "the output topic's retention is shorter than the dedup window"
+	for _, tc := range []struct {
+		retention string
+		warn      bool
+	}{
+		{"3600000", true},     // 1h against the default 24h window (30h remembered)
+		{"2592000000", false}, // 30 days
+		{"-1", false},         // kept for ever
+	} {
+		t.Run(tc.retention, func(t *testing.T) {
+			e := newEnv(t)
+			setTopicConfig(t, e, e.out, "retention.ms", tc.retention)
+			logs := &logBuffer{}
+			r := e.start(e.config("0, 1, 2, 3"), func(o *job.Options) {
+				o.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			})
+			deadline := time.Now().Add(30 * time.Second)
+			for r.job.Stats().Ready < partitions && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			e.stop(r)
+			if r.job.Stats().Recovered == 0 {
+				t.Fatalf("the job did not start its stages: %+v", r.job.Stats())
+			}
+			got := logs.count(warning) > 0
+			if got != tc.warn {
+				t.Errorf("retention.ms %s: warning logged %v, want %v; logs:\n%s", tc.retention, got, tc.warn, logs)
+			}
+			if got && !strings.Contains(logs.String(), "108000000") {
+				t.Errorf("the warning does not name the retention to set (108000000 ms):\n%s", logs)
+			}
+		})
+	}
+}
