@@ -99,6 +99,10 @@ type Options struct {
 	// The default value is false.
 	ReadOnly bool
 
+	// budget is the Budget whose Options set Cache (nil: none); the store
+	// tells it the blocks its runs need (Budget.noteRuns).
+	budget *Budget
+
 	// tune, when set, adjusts the Pebble options after the store has set its
 	// own. It exists for the option measurements in the benchmarks.
 	tune func(*pebble.Options)
