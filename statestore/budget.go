@@ -133,6 +133,9 @@ func NewBudget(size int64, memTable uint64) (*Budget, error) {
 // read of a key in a run reads one; BenchmarkLayout measures the cost).
 const BlockDataRoom int64 = 32 << 20
 
+// blockDataRoom is BlockDataRoom; tests shrink it.
+var blockDataRoom = BlockDataRoom
+
 // cacheShards is the shard count pebble.NewCache gives a cache of size
 // bytes (4 per GOMAXPROCS, 4 when a shard would be below 4 MiB). A block
 // larger than a shard's share is never cached, so the room for blocks
@@ -150,7 +153,7 @@ func cacheShards(size int64) int {
 // and its shards fill unevenly), BlockDataRoom for data blocks, and at
 // least two of the largest filter block per shard.
 func blockTarget(need, largest int64, shards int) int64 {
-	return max(need+need/2+BlockDataRoom, 2*int64(shards)*largest)
+	return max(need+need/2+blockDataRoom, 2*int64(shards)*largest)
 }
 
 // attach registers s, opened on the budget's cache, reserving reserved
