@@ -157,6 +157,11 @@ func (m *memIndex) reset(logNum uint64) {
 	m.n = 0
 	m.gens = m.gens[:0]
 	m.logNum = logNum
+	// A new life: once flushed again it is retired and recycled again
+	// (without this an index was reused once, then dropped to the
+	// collector at its next flush, and every later handover allocated).
+	m.retired.Store(false)
+	m.recycled.Store(false)
 }
 
 func slotHash(gen uint64, h partition.Hash) uint64 {

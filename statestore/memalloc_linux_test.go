@@ -94,3 +94,56 @@ func TestFlushedIndexReleased(t *testing.T) {
 		}
 	}
 }
+
+// TestIndexesRecycledEveryFlush: with a Reader refreshed at every commit,
+// as the stage does, the store cycles through a few indexes however many
+// handovers there are, and every one that is neither active nor being
+// flushed holds no resident page (an index reused once was never
+// recycled again: each later handover mapped a new one and the old ones
+// stayed resident until the collector ran).
+func TestIndexesRecycledEveryFlush(t *testing.T) {
+	s := mustOpen(t, "s", Options{FS: vfs.NewMem(), MemTableSize: 1 << 20})
+	defer mustClose(t, s)
+	var rd Reader
+	defer rd.Close()
+	seen := map[*memIndex]bool{}
+	batch := s.NewBatch()
+	const handovers = 12
+	for c := range uint64(handovers * s.memKeys / 1000) {
+		if err := s.OpenReader(&rd); err != nil {
+			t.Fatal(err)
+		}
+		for j := range uint64(1000) {
+			batch.Put(1, keyOf(c, j), 0)
+		}
+		if _, err := s.Commit(batch, State{Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+		s.viewMu.RLock()
+		seen[s.active] = true
+		s.viewMu.RUnlock()
+	}
+	s.wmu.Lock()
+	err := s.awaitFlush()
+	s.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.OpenReader(&rd); err != nil { // releases what it held
+		t.Fatal(err)
+	}
+	if len(seen) > 4 {
+		t.Fatalf("%d indexes for %d handovers: flushed indexes are not reused", len(seen), handovers)
+	}
+	s.viewMu.RLock()
+	active, imm := s.active, s.imm
+	s.viewMu.RUnlock()
+	for m := range seen {
+		if m == active || m == imm {
+			continue
+		}
+		if n := residentOff(t, m.off); n != 0 {
+			t.Fatalf("an index neither active nor flushing keeps %d bytes resident", n)
+		}
+	}
+}
