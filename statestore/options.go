@@ -58,7 +58,8 @@ type Options struct {
 	// layout's memtable: Commits go there, and it is written as runs when
 	// full). A store holds two (the active one and the one being written)
 	// and sort buffers of a third of one, and reserves them in its block
-	// cache. An index of 64 MiB holds 1M keys. Pebble's own memtable holds
+	// cache; they live off the Go heap, and only the active one stays
+	// resident between flushes. An index of 64 MiB holds 1M keys. Pebble's own memtable holds
 	// only metadata and is min(MemTableSize, 512 KiB).
 	//
 	// The default value is 64 MiB (DefaultMemTableSize); DESIGN asks for at
