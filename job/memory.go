@@ -104,11 +104,12 @@ var (
 	descCacheUsed   = prometheus.NewDesc("dedupstream_state_block_cache_used_bytes", "Bytes of sstable blocks in the block cache the stores of this instance share; memtables are charged to the same budget on top.", nil, nil)
 	descMemTable    = prometheus.NewDesc("dedupstream_state_memtable_size_bytes", "Size of the index of recent keys of each store of the current assignment (the layout's memtable; 2 per store plus sort buffers), derived from state.memory and the partitions owned.", nil, nil)
 	descIndexMemory = prometheus.NewDesc("dedupstream_state_index_memory_bytes", "Bytes the stores of the current assignment reserve in state.memory for their indexes of recent keys (Go heap); blocks get what the reservations leave.", nil, nil)
+	descBlockRoom   = prometheus.NewDesc("dedupstream_state_block_room_bytes", "Room the shared block cache gives sstable blocks now: state.memory less the stores' reservations and the room their runs do not need (filter and index blocks x1.5 plus 32 MiB for data blocks; data blocks beyond it are read from the OS page cache).", nil, nil)
 	descOverBudget  = prometheus.NewDesc("dedupstream_state_memory_over_budget", "1 when the memtables of the partitions owned need more than half of state.memory (group mode, more partitions than the budget was sized for), else 0.", nil, nil)
 	descBloomMemory = prometheus.NewDesc("dedupstream_bloom_memory_bytes", "Bytes the partition's Bloom front holds in memory (outside state.memory).", lp, nil)
 )
 
-var memoryDescs = []*prometheus.Desc{descMemBudget, descCacheUsed, descMemTable, descIndexMemory, descOverBudget, descBloomMemory}
+var memoryDescs = []*prometheus.Desc{descMemBudget, descCacheUsed, descBlockRoom, descMemTable, descIndexMemory, descOverBudget, descBloomMemory}
 
 // collectMemory sends the instance's memory metrics while a run is on.
 func (j *Job) collectMemory(ch chan<- prometheus.Metric) {
@@ -123,6 +124,7 @@ func (j *Job) collectMemory(ch chan<- prometheus.Metric) {
 	}
 	gauge(descMemBudget, float64(m.budget.Size()))
 	gauge(descCacheUsed, float64(m.budget.CacheUsed()))
+	gauge(descBlockRoom, float64(m.budget.BlockRoom()))
 	gauge(descMemTable, float64(m.memTable))
 	gauge(descIndexMemory, float64(m.budget.IndexBytes(m.stores)))
 	over := 0.0

@@ -16,6 +16,7 @@ import (
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/dedupstream/dedupstream/partition"
+	"github.com/dedupstream/dedupstream/statestore"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -167,6 +168,11 @@ func TestMetrics(t *testing.T) {
 	}
 	if got := s.get(t, "dedupstream_state_block_cache_used_bytes"); got < 0 || got > float64(cfg.State.Memory) {
 		t.Errorf("block cache used %v of %v", got, cfg.State.Memory)
+	}
+	// Stores of a few keys need little room: the cache keeps the data
+	// room and the runs' filter and index blocks, not the whole budget.
+	if got := s.get(t, "dedupstream_state_block_room_bytes"); got < float64(statestore.BlockDataRoom) || got > float64(statestore.BlockDataRoom+4<<20) {
+		t.Errorf("block room %v of %v: want the data room %d plus what the runs need (< 4 MiB here)", got, cfg.State.Memory, statestore.BlockDataRoom)
 	}
 	e.stop(r)
 	elapsed := float64(time.Now().UnixMilli()-startMs) / 1e3

@@ -3,6 +3,8 @@ package statestore
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -28,14 +30,42 @@ import (
 // holds sstable index and filter blocks, which every Get needs: about 1.3
 // bytes per key for 10 bits/key filters, plus ~1 % of the data for indexes.
 //
-// The indexes are Go memory, the blocks C memory; the Bloom fronts and the
-// Go runtime's headroom are outside the budget (SetGCPercent).
+// The budget is a bound, not a target: blocks are held only as far as reads
+// need them. The stores tell the budget the filter and index blocks of
+// their live runs (what every probe of a run reads), and the budget
+// reserves whatever room for blocks is beyond
+//
+//	blocks = max(need * 3/2 + BlockDataRoom, 2 * shards * largest filter)
+//
+// (blockTarget), so data blocks, which a confirming read needs once, come
+// from the operating system's page cache instead of filling the process:
+// at 100M keys in one stage the cache otherwise held ~4 bytes per key of
+// data blocks (docs/benchmarks.md, "Memory: blocks as reads need them").
+//
+// The indexes are off the Go heap where the platform allows (memalloc.go),
+// the blocks C memory; the Bloom fronts and the Go runtime's headroom are
+// outside the budget (SetGCPercent).
 //
 // A Budget must be closed after the last store using its cache closed.
 type Budget struct {
 	size     int64
 	memTable uint64 // explicit override; 0 derives it from size
 	cache    *pebble.Cache
+	shards   int // the cache's shard count (cacheShards)
+
+	mu     sync.Mutex
+	stores map[*Store]blockNeed // the stores open on the cache
+	// unspare releases the reservation of the room no store needs (nil:
+	// none); spare is its size.
+	unspare func()
+	spare   int64
+}
+
+// blockNeed is what one store asks of the shared cache.
+type blockNeed struct {
+	reserved int64 // its indexes and Pebble's memtables (reservations)
+	need     int64 // filter and index blocks of its live runs
+	largest  int64 // its largest filter block
 }
 
 // Defaults and bounds of a Budget.
@@ -93,7 +123,110 @@ func NewBudget(size int64, memTable uint64) (*Budget, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return &Budget{size: size, memTable: memTable, cache: pebble.NewCache(size)}, nil
+	return &Budget{size: size, memTable: memTable, cache: pebble.NewCache(size),
+		shards: cacheShards(size), stores: map[*Store]blockNeed{}}, nil
+}
+
+// BlockDataRoom is the room for data blocks a budget keeps beyond the
+// filter and index blocks the stores need: the blocks of the newest
+// reads. Data blocks beyond it come from the page cache (a confirming
+// read of a key in a run reads one; BenchmarkLayout measures the cost).
+const BlockDataRoom int64 = 32 << 20
+
+// blockDataRoom is BlockDataRoom; tests shrink it.
+var blockDataRoom = BlockDataRoom
+
+// cacheShards is the shard count pebble.NewCache gives a cache of size
+// bytes (4 per GOMAXPROCS, 4 when a shard would be below 4 MiB). A block
+// larger than a shard's share is never cached, so the room for blocks
+// keeps two of the largest filter per shard.
+func cacheShards(size int64) int {
+	m := 4 * runtime.GOMAXPROCS(0)
+	if m > 4 && size/int64(m) < 4<<20 {
+		m = 4
+	}
+	return m
+}
+
+// blockTarget is the room for blocks the stores' needs call for: their
+// filter and index blocks half again (the cache's eviction is not exact
+// and its shards fill unevenly), BlockDataRoom for data blocks, and at
+// least two of the largest filter block per shard.
+func blockTarget(need, largest int64, shards int) int64 {
+	return max(need+need/2+blockDataRoom, 2*int64(shards)*largest)
+}
+
+// attach registers s, opened on the budget's cache, reserving reserved
+// bytes there (its indexes) and needing the blocks of rs.
+func (b *Budget) attach(s *Store, reserved int64, rs *runSet) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	need, largest := rs.blockNeed()
+	b.stores[s] = blockNeed{reserved: reserved, need: need, largest: largest}
+	b.rebalanceLocked()
+}
+
+// detach forgets s (closed).
+func (b *Budget) detach(s *Store) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.stores, s)
+	b.rebalanceLocked()
+}
+
+// noteRuns records that s's live runs are now rs.
+func (b *Budget) noteRuns(s *Store, rs *runSet) {
+	need, largest := rs.blockNeed()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n, ok := b.stores[s]
+	if !ok || n.need == need && n.largest == largest {
+		return
+	}
+	n.need, n.largest = need, largest
+	b.stores[s] = n
+	b.rebalanceLocked()
+}
+
+// rebalanceLocked sets the reservation of the room no store needs: the
+// cache less the stores' reservations and the room blockTarget asks for.
+// The old reservation is released before the new one is taken, so blocks
+// are evicted only when the room shrinks. Under mu.
+func (b *Budget) rebalanceLocked() {
+	var reserved, need, largest int64
+	for _, n := range b.stores {
+		reserved += n.reserved + int64(memTableStopWrites+1)*maxPebbleMemTableSize
+		need += n.need
+		largest = max(largest, n.largest)
+	}
+	spare := max(0, b.size-reserved-blockTarget(need, largest, b.shards))
+	if len(b.stores) == 0 {
+		spare = 0
+	}
+	if spare == b.spare {
+		return
+	}
+	if b.unspare != nil {
+		b.unspare()
+		b.unspare = nil
+	}
+	b.spare = spare
+	if spare > 0 {
+		b.unspare = b.cache.Reserve(int(spare))
+	}
+}
+
+// BlockRoom is the room for blocks the budget's cache has now: its
+// capacity less every reservation (indexes, memtables, and the room the
+// stores' runs do not need).
+func (b *Budget) BlockRoom() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var reserved int64
+	for _, n := range b.stores {
+		reserved += n.reserved + int64(memTableStopWrites+1)*maxPebbleMemTableSize
+	}
+	return max(0, b.size-reserved-b.spare)
 }
 
 // PlanMemTable returns the memtable size of each of stores stores under a
@@ -149,6 +282,7 @@ func (b *Budget) MemTableSize(stores int) (mt uint64, fits bool) {
 // stores stores set.
 func (b *Budget) Options(o Options, stores int) Options {
 	o.Cache = b.cache
+	o.budget = b
 	o.MemTableSize, _ = b.MemTableSize(stores)
 	return o
 }
@@ -162,4 +296,31 @@ func (b *Budget) CacheUsed() int64 { return b.cache.Size() }
 
 // Close drops the budget's reference to the shared cache; the cache's
 // memory is freed once the last store using it closed too.
-func (b *Budget) Close() { b.cache.Unref() }
+func (b *Budget) Close() {
+	b.mu.Lock()
+	if b.unspare != nil {
+		b.unspare()
+		b.unspare = nil
+		b.spare = 0
+	}
+	b.mu.Unlock()
+	b.cache.Unref()
+}
+
+// blockNeed returns the filter and index blocks of rs's runs, which every
+// probe of a run reads, and the largest filter block: a run's filter is
+// 10 bits per key (filter.go), its index about 1/64 of its bytes (a 4 KiB
+// data block of ~190 keys has one entry of a separator and a handle).
+func (rs *runSet) blockNeed() (need, largest int64) {
+	if rs == nil {
+		return 0, 0
+	}
+	for _, runs := range rs.gens {
+		for _, r := range runs {
+			f := int64(runFilterBlocks(r.keys)*runFilterBlockBytes + runFilterTrailer)
+			need += f + int64(r.bytes/64)
+			largest = max(largest, f)
+		}
+	}
+	return need, largest
+}

@@ -212,3 +212,80 @@ func TestBudgetBoundsIndexes(t *testing.T) {
 	}
 	mustClose(t, s)
 }
+
+// TestBudgetBlocksFollowRuns: a budget's cache holds the blocks its stores'
+// runs need (blockTarget: their filter and index blocks x1.5 and
+// BlockDataRoom), not the whole budget: reads of more data than that leave
+// the blocks within the room, the room follows the runs, and closing the
+// last store gives the whole cache back.
+func TestBudgetBlocksFollowRuns(t *testing.T) {
+	const budgetSize = 256 << 20
+	defer func(r int64) { blockDataRoom = r }(blockDataRoom)
+	blockDataRoom = 4 << 20 // so that a few MB of runs outgrow the room
+	b, err := NewBudget(budgetSize, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	s := mustOpen(t, "s", b.Options(Options{FS: vfs.NewMem()}, 1))
+	if got := b.BlockRoom(); got != blockDataRoom {
+		t.Fatalf("empty store: room %d, want the data room %d", got, blockDataRoom)
+	}
+	const keys = 1_000_000 // ~19 MB of runs: more than the room
+	batch := s.NewBatch()
+	for c := range uint64(keys / 10_000) {
+		for j := range uint64(10_000) {
+			batch.Put(1, keyOf(c, j), 0)
+		}
+		if _, err := s.Commit(batch, State{Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s.wmu.Lock()
+	err = s.awaitFlush()
+	s.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	need, largest := s.runs.Load().blockNeed()
+	if need < keys*5/4 {
+		t.Fatalf("runs need %d bytes of blocks, less than their filters (%d keys)", need, keys)
+	}
+	room := b.BlockRoom()
+	if want := blockTarget(need, largest, b.shards); room != want {
+		t.Fatalf("room %d, want %d for %d bytes of filter and index blocks", room, want, need)
+	}
+	var data uint64
+	for _, rs := range s.runs.Load().gens {
+		for _, r := range rs {
+			data += r.bytes
+		}
+	}
+	if int64(data) < room {
+		t.Fatalf("runs of %d bytes fit the room %d: the reads below check nothing", data, room)
+	}
+	peak := int64(0)
+	for c := range uint64(keys / 10_000) {
+		for j := uint64(0); j < 10_000; j += 50 {
+			if _, ok, err := s.Get(1, keyOf(c, j)); err != nil || !ok {
+				t.Fatalf("key %d/%d: %v, found %t", c, j, err, ok)
+			}
+		}
+		peak = max(peak, b.CacheUsed())
+	}
+	// Pebble reserves the memtables it allocated, not the three the room
+	// allows for.
+	if slack := int64(memTableStopWrites+1) * maxPebbleMemTableSize; peak > room+slack {
+		t.Fatalf("blocks peaked at %d: over the room %d the runs need", peak, room)
+	}
+	if peak < room/2 {
+		t.Fatalf("blocks peaked at %d of a room of %d: the reads did not fill it, nothing was checked", peak, room)
+	}
+	mustClose(t, s)
+	if got := b.BlockRoom(); got != budgetSize {
+		t.Fatalf("no store open: room %d, want the whole budget %d", got, budgetSize)
+	}
+}

@@ -143,7 +143,14 @@
 // 177 ns). A handover reuses the index flushed before it (table and entry
 // chunks) once no Reader holds it, with its table sized for twice its keys
 // and grown only past three quarters, so the Commit that fills it never
-// grows it; the inserts of a commit read
+// grows it. An index's table and entries live off the Go heap
+// (memalloc.go): once its keys are in runs and no Reader holds it, its
+// pages go back to the operating system, and so do the flusher's sort
+// buffers once a flush is written, so a store keeps one index resident
+// between flushes and two only while one is written (in the Go heap the
+// collector's target added half again, and until session 6 an index was
+// recycled only once, so most handovers allocated a new 48 MiB index the
+// collector freed later). The inserts of a commit read
 // the slots of each group of 16 keys before inserting them, which lets the
 // CPU overlap the cache misses. The run written from an index
 // records, in one synced Pebble batch, the state of its last commit and the
@@ -279,12 +286,18 @@
 //   - Block cache: Pebble charges every allocated memtable to the block
 //     cache, and a writable store reserves its indexes of recent keys in it
 //     (two indexes and the flusher's sort buffers, about 2.4 x MemTableSize:
-//     Go memory the cache then leaves to them), so the cache it gets is
+//     memory the cache then leaves to them), so the cache it gets is
 //     CacheSize plus both. With a plain 128 MiB cache and 64 MiB memtables
 //     no block stayed cached and a Get cost 14 us instead of 4 us. A Budget
 //     instead gives every store of a process one shared cache
 //     (Options.Cache) whose capacity bounds blocks, indexes and memtables
-//     of all of them, with the index size planned from it (budget.go).
+//     of all of them, with the index size planned from it (budget.go), and
+//     whose room for blocks follows what reads need: the filter and index
+//     blocks of the live runs (about 1.6 bytes per key) half again, plus
+//     32 MiB for data blocks. A confirming read's data block otherwise
+//     comes from the page cache, which is not the process's memory: with
+//     the whole budget for blocks the cache held ~4 bytes per key of data
+//     blocks at 100M keys, read about once each.
 //   - Bloom filters, 10 bits per key (~1 % false positives), on every level.
 //   - No compression: the keys are random hashes after a shared 9-byte prefix
 //     that the columnar block format already strips; Snappy left the size

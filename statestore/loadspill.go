@@ -136,6 +136,9 @@ func (s *Store) postLoad(job *flushJob, final bool) bool {
 		if err := s.runJob(s.mergeTiers); err != nil {
 			s.fatal.set(err)
 		}
+		if b := s.opts.budget; b != nil {
+			b.noteRuns(s, s.runs.Load())
+		}
 	})
 }
 

@@ -3,6 +3,7 @@ package statestore
 import (
 	"cmp"
 	"math/bits"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -68,10 +69,16 @@ const memChunkBits = 16
 // of a recent key never reaches Pebble and a Commit costs one hash insert per
 // key. Of several Puts of one (gen, h) the last wins. Once it is handed to
 // the flusher it is immutable. Readers and the one writer synchronise on mu.
+//
+// Its table and entries live outside the Go heap (memalloc.go, in off).
 type memIndex struct {
 	mu     sync.RWMutex
-	chunks [][]memEntry
-	n      int
+	chunks [][]memEntry // views of off.chunks
+	off    *memOff
+	// released: off's pages were handed back (they read as zeros), so a
+	// reset need not clear the table.
+	released bool
+	n        int
 	// slots: the low 32 bits are the entry's index+1 (0: empty), the high
 	// 32 bits the top bits of its slot hash, compared before the entry is
 	// touched, so a probe costs one cache miss.
@@ -97,11 +104,30 @@ type genCount struct {
 // newMemIndex returns an empty index whose table has room for capKeys keys
 // without growing (capKeys 0: grow from the smallest table).
 func newMemIndex(logNum, capKeys uint64) *memIndex {
-	m := &memIndex{logNum: logNum}
+	m := &memIndex{logNum: logNum, off: &memOff{}}
 	if capKeys > 0 {
-		m.slots = make([]uint64, memSlotsFor(capKeys))
+		m.setSlots(memSlotsFor(capKeys))
 	}
+	runtime.AddCleanup(m, (*memOff).free, m.off)
 	return m
+}
+
+// setSlots gives m an empty table of n slots, unmapping the old one. Under
+// m.mu (or before m is shared).
+func (m *memIndex) setSlots(n int) {
+	old := m.off.slots
+	m.off.slots = allocRegion(n * 8)
+	m.slots = regionOf[uint64](m.off.slots, n)
+	freeRegion(old)
+}
+
+// release hands m's pages back to the operating system (it then reads as
+// empty until reset). The caller guarantees that nothing else holds m.
+func (m *memIndex) release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.off.release()
+	m.released = true
 }
 
 // memFull reports whether a table of slots slots is too full for n keys:
@@ -124,10 +150,18 @@ func memSlotsFor(n uint64) int {
 func (m *memIndex) reset(logNum uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	clear(m.slots)
+	if !m.released {
+		clear(m.slots)
+	}
+	m.released = false
 	m.n = 0
 	m.gens = m.gens[:0]
 	m.logNum = logNum
+	// A new life: once flushed again it is retired and recycled again
+	// (without this an index was reused once, then dropped to the
+	// collector at its next flush, and every later handover allocated).
+	m.retired.Store(false)
+	m.recycled.Store(false)
 }
 
 func slotHash(gen uint64, h partition.Hash) uint64 {
@@ -140,7 +174,9 @@ func (m *memIndex) at(i int) *memEntry {
 
 func (m *memIndex) appendEntry(e memEntry) {
 	if m.n>>memChunkBits == len(m.chunks) {
-		m.chunks = append(m.chunks, make([]memEntry, 1<<memChunkBits))
+		r := allocRegion(memEntryBytes << memChunkBits)
+		m.off.chunks = append(m.off.chunks, r)
+		m.chunks = append(m.chunks, regionOf[memEntry](r, 1<<memChunkBits))
 	}
 	*m.at(m.n) = e
 	m.n++
@@ -233,7 +269,7 @@ func (m *memIndex) count(gen uint64) {
 
 func (m *memIndex) grow() {
 	n := max(1024, 2*len(m.slots))
-	m.slots = make([]uint64, n)
+	m.setSlots(n)
 	mask := uint64(n - 1)
 	shift := 64 - bits.Len(uint(mask))
 	for j := 0; j < m.n; j++ {
@@ -503,10 +539,26 @@ func (s *Store) releaseMem(m *memIndex) {
 	}
 }
 
-// recycle offers m as the next index (handOver resets it); only the first
-// call for an index does anything.
+// recycle offers m as the next index (handOver resets it), its pages handed
+// back; only the first call for an index does anything.
 func (s *Store) recycle(m *memIndex) {
 	if m.recycled.CompareAndSwap(false, true) {
+		// Resident again only as the next index fills: between flushes a
+		// store holds one index, not a spare as well.
+		m.release()
 		s.spare.Store(m)
 	}
+}
+
+// sortBuffers returns the flusher's two sort buffers for an index of n keys,
+// views of s.flushBuf (memalloc.go), which flushMem releases once the flush
+// is written: its pages are resident only while a flush runs. The mapping
+// is sized for the largest index (1.5 memKeys, memFull) so it is made once.
+func (s *Store) sortBuffers(n int) (refs, tmp []uint64) {
+	if len(s.flushBuf) < 16*n {
+		freeRegion(s.flushBuf) // the flusher's own: nothing else sees it
+		s.flushBuf = allocRegion(16 * max(n, int(s.memKeys)*3/2+1))
+	}
+	half := len(s.flushBuf) / 2
+	return regionOf[uint64](s.flushBuf, n), regionOf[uint64](s.flushBuf[half:], n)
 }

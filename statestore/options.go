@@ -58,7 +58,8 @@ type Options struct {
 	// layout's memtable: Commits go there, and it is written as runs when
 	// full). A store holds two (the active one and the one being written)
 	// and sort buffers of a third of one, and reserves them in its block
-	// cache. An index of 64 MiB holds 1M keys. Pebble's own memtable holds
+	// cache; they live off the Go heap, and only the active one stays
+	// resident between flushes. An index of 64 MiB holds 1M keys. Pebble's own memtable holds
 	// only metadata and is min(MemTableSize, 512 KiB).
 	//
 	// The default value is 64 MiB (DefaultMemTableSize); DESIGN asks for at
@@ -98,6 +99,10 @@ type Options struct {
 	//
 	// The default value is false.
 	ReadOnly bool
+
+	// budget is the Budget whose Options set Cache (nil: none); the store
+	// tells it the blocks its runs need (Budget.noteRuns).
+	budget *Budget
 
 	// tune, when set, adjusts the Pebble options after the store has set its
 	// own. It exists for the option measurements in the benchmarks.

@@ -300,6 +300,9 @@ func (s *Store) postFlush(job *flushJob) bool {
 		if err := s.runJob(s.mergeTiers); err != nil {
 			s.fatal.set(err)
 		}
+		if b := s.opts.budget; b != nil {
+			b.noteRuns(s, s.runs.Load())
+		}
 	})
 }
 
@@ -327,7 +330,9 @@ func (s *Store) flushMem(job *flushJob) error {
 	// keysOf is how many keys of gen the flush writes: its run's filter
 	// is sized for them.
 	keysOf := job.mem.keysOf
-	s.flushRefs, s.flushTmp, s.flushCounts = job.mem.sortRefs(s.flushRefs, s.flushTmp, s.flushCounts)
+	refs, tmp := s.sortBuffers(job.mem.len())
+	defer releaseRegion(s.flushBuf)
+	s.flushRefs, s.flushTmp, s.flushCounts = job.mem.sortRefs(refs, tmp, s.flushCounts)
 	refs, m := s.flushRefs, job.mem
 	if s.flushGather == nil {
 		s.flushGather = make([]memEntry, memGatherLen)

@@ -94,8 +94,10 @@ type Store struct {
 	// Open (Options.indexReservation); Close calls it (under wmu).
 	unreserve func()
 	// flushRefs, flushTmp and flushCounts are the flusher's sort buffers
-	// (memIndex.sortRefs), kept across flushes: 16 bytes per key of an
-	// index and up to 512 KiB of counts.
+	// (memIndex.sortRefs): 16 bytes per key of an index in flushBuf, off
+	// the Go heap and resident only while a flush runs (sortBuffers), and
+	// up to 512 KiB of counts.
+	flushBuf            []byte
 	flushRefs, flushTmp []uint64
 	flushCounts         []int
 	flushGather         []memEntry // memGatherLen entries
@@ -166,6 +168,9 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	if n := opts.indexReservation(); n > 0 {
 		s.unreserve = cache.Reserve(int(n))
+	}
+	if opts.budget != nil {
+		opts.budget.attach(s, int64(opts.indexReservation()), s.runs.Load())
 	}
 	return s, nil
 }
@@ -682,6 +687,9 @@ func (s *Store) Close() error {
 		s.unreserve()
 		s.unreserve = nil
 	}
+	if s.opts.budget != nil {
+		s.opts.budget.detach(s)
+	}
 	if err := s.fatal.get(); err != nil {
 		return err
 	}
@@ -725,5 +733,7 @@ func (s *Store) closeDB() error {
 	if err := s.w.stop(); err != nil {
 		return err
 	}
+	freeRegion(s.flushBuf) // the flusher's, and it has ended
+	s.flushBuf = nil
 	return s.stopReads()
 }

@@ -1,0 +1,61 @@
+package statestore
+
+import (
+	"unsafe"
+)
+
+// The indexes of recent keys and the flusher's sort buffers are large
+// arrays without pointers whose lifetime the store knows exactly: an index
+// is in use from its handover until its keys are in runs and no Reader
+// holds it. In the Go heap they counted towards the collector's target
+// (GOGC), which then kept half as much again as headroom, and an index
+// dropped at a handover stayed resident until the heap reached that
+// target. They therefore live in memory of their own (memalloc_linux.go:
+// anonymous mappings) that the store hands back to the operating system the
+// moment it is done with it (releaseRegion): an index once its keys are in
+// runs and no Reader holds it, the sort buffers once a flush is written. A
+// store thus keeps one index resident between flushes and two (plus the
+// sort buffers, 16 bytes per key) only while one is written.
+//
+// Released memory stays mapped and reads as zeros, so a stale read finds an
+// empty index instead of faulting; a mapping is unmapped (freeRegion) only
+// when nothing can reach it: a grown table's old one under the index's
+// lock, the sort buffers by the flusher, an index's regions by a runtime
+// cleanup once the index is garbage (memOff).
+
+// memEntryBytes is what memIndexBytes counts per entry: exact.
+var _ = [1]struct{}{}[unsafe.Sizeof(memEntry{})-memEntryBytes]
+
+// regionOf returns a view of r as a slice of n values of T; r must hold
+// them (len(r) >= n*sizeof(T)) and T must hold no pointers.
+func regionOf[T any](r []byte, n int) []T {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(r))), n)
+}
+
+// memOff is the off-heap memory of one memIndex: its table and its entry
+// chunks. A runtime cleanup frees it once the index is unreachable.
+type memOff struct {
+	slots  []byte
+	chunks [][]byte
+}
+
+// release returns o's pages to the operating system; o reads as zeros
+// afterwards.
+func (o *memOff) release() {
+	releaseRegion(o.slots)
+	for _, c := range o.chunks {
+		releaseRegion(c)
+	}
+}
+
+// free unmaps o; nothing may use it afterwards.
+func (o *memOff) free() {
+	freeRegion(o.slots)
+	for _, c := range o.chunks {
+		freeRegion(c)
+	}
+	o.slots, o.chunks = nil, nil
+}

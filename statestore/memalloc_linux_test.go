@@ -1,0 +1,149 @@
+//go:build linux
+
+package statestore
+
+import (
+	"os"
+	"syscall"
+	"testing"
+	"unsafe"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// resident returns how many bytes of r are in memory (mincore).
+func resident(t *testing.T, r []byte) int {
+	t.Helper()
+	if len(r) == 0 {
+		return 0
+	}
+	page := os.Getpagesize()
+	vec := make([]byte, (len(r)+page-1)/page)
+	_, _, errno := syscall.Syscall(syscall.SYS_MINCORE, uintptr(unsafe.Pointer(unsafe.SliceData(r))), uintptr(len(r)), uintptr(unsafe.Pointer(unsafe.SliceData(vec))))
+	if errno != 0 {
+		t.Fatal(errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n * page
+}
+
+func residentOff(t *testing.T, o *memOff) int {
+	n := resident(t, o.slots)
+	for _, c := range o.chunks {
+		n += resident(t, c)
+	}
+	return n
+}
+
+// TestFlushedIndexReleased: once an index's keys are in runs and no Reader
+// holds it, its memory goes back to the operating system (the spare kept
+// for the next handover is not resident), so are the flusher's sort
+// buffers; the next index filling from it finds it empty.
+func TestFlushedIndexReleased(t *testing.T) {
+	s := mustOpen(t, "s", Options{FS: vfs.NewMem(), MemTableSize: 1 << 20})
+	defer mustClose(t, s)
+	batch := s.NewBatch()
+	put := func(c uint64) {
+		for j := range uint64(1000) {
+			batch.Put(1, keyOf(c, j), 0)
+		}
+		if _, err := s.Commit(batch, State{Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two handovers: the second reuses the first index if it was released.
+	c := uint64(0)
+	for range 2 * s.memKeys / 1000 {
+		put(c)
+		c++
+	}
+	s.wmu.Lock()
+	err := s.awaitFlush()
+	s.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spare := s.spare.Load()
+	if spare == nil {
+		t.Fatal("no spare index after a flush no Reader held")
+	}
+	if n := residentOff(t, spare.off); n != 0 {
+		t.Fatalf("the flushed index keeps %d bytes resident", n)
+	}
+	if n := resident(t, s.flushBuf); n != 0 || len(s.flushBuf) == 0 {
+		t.Fatalf("sort buffers: %d of %d bytes resident after the flush", n, len(s.flushBuf))
+	}
+	if n := residentOff(t, s.active.off); n == 0 {
+		t.Fatal("the active index holds keys but no resident page: mincore sees nothing")
+	}
+	// The released index is empty to a stale read, and serves the next
+	// handover correctly.
+	if _, ok := spare.get(1, keyOf(0, 1)); ok {
+		t.Fatal("a released index still answers")
+	}
+	for range s.memKeys/1000 + 1 {
+		put(c)
+		c++
+	}
+	for i := range c {
+		if _, ok, err := s.Get(1, keyOf(i, 999)); err != nil || !ok {
+			t.Fatalf("key %d: %v, found %t", i, err, ok)
+		}
+	}
+}
+
+// TestIndexesRecycledEveryFlush: with a Reader refreshed at every commit,
+// as the stage does, the store cycles through a few indexes however many
+// handovers there are, and every one that is neither active nor being
+// flushed holds no resident page (an index reused once was never
+// recycled again: each later handover mapped a new one and the old ones
+// stayed resident until the collector ran).
+func TestIndexesRecycledEveryFlush(t *testing.T) {
+	s := mustOpen(t, "s", Options{FS: vfs.NewMem(), MemTableSize: 1 << 20})
+	defer mustClose(t, s)
+	var rd Reader
+	defer rd.Close()
+	seen := map[*memIndex]bool{}
+	batch := s.NewBatch()
+	const handovers = 12
+	for c := range uint64(handovers * s.memKeys / 1000) {
+		if err := s.OpenReader(&rd); err != nil {
+			t.Fatal(err)
+		}
+		for j := range uint64(1000) {
+			batch.Put(1, keyOf(c, j), 0)
+		}
+		if _, err := s.Commit(batch, State{Generation: 1}); err != nil {
+			t.Fatal(err)
+		}
+		s.viewMu.RLock()
+		seen[s.active] = true
+		s.viewMu.RUnlock()
+	}
+	s.wmu.Lock()
+	err := s.awaitFlush()
+	s.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.OpenReader(&rd); err != nil { // releases what it held
+		t.Fatal(err)
+	}
+	if len(seen) > 4 {
+		t.Fatalf("%d indexes for %d handovers: flushed indexes are not reused", len(seen), handovers)
+	}
+	s.viewMu.RLock()
+	active, imm := s.active, s.imm
+	s.viewMu.RUnlock()
+	for m := range seen {
+		if m == active || m == imm {
+			continue
+		}
+		if n := residentOff(t, m.off); n != 0 {
+			t.Fatalf("an index neither active nor flushing keeps %d bytes resident", n)
+		}
+	}
+}
