@@ -287,9 +287,11 @@ type flushJob struct {
 }
 
 // postFlush queues job on the worker: it writes job's keys into runs, then
-// merges runs where a tier filled up. The worker is the only goroutine that
-// changes Pebble after Open, so flushes, merges and expiries are ordered. It
-// reports false once the store is fatal.
+// kicks the merger, which merges runs where a tier filled up (under an
+// inline policy the worker merges them itself before its next task). The
+// worker is the only goroutine that writes Pebble after Open besides the
+// merger; the registry orders the two (Store.regMu). It reports false once
+// the store is fatal.
 func (s *Store) postFlush(job *flushJob) bool {
 	return s.w.post(func() {
 		job.err = s.runJob(func() error { return s.flushMem(job) })
@@ -297,10 +299,22 @@ func (s *Store) postFlush(job *flushJob) bool {
 		if job.err != nil {
 			return
 		}
-		if err := s.runJob(s.mergeTiers); err != nil {
-			s.fatal.set(err)
+		if s.merge.inline {
+			if err := s.runJob(s.mergeTiers); err != nil {
+				s.fatal.set(err)
+			}
+			return
 		}
+		s.mg.kick(s.mergePass)
 	})
+}
+
+// mergePass is one pass of the merger: every merge due, then done. Any
+// error but the merger's stop is fatal.
+func (s *Store) mergePass() {
+	if err := s.runJob(s.mergeTiers); err != nil {
+		s.fatal.set(err)
+	}
 }
 
 // runJob runs fn on the worker; any error of it is fatal (the caller must
@@ -342,7 +356,6 @@ func (s *Store) flushMem(job *flushJob) error {
 		refs = refs[n:]
 		return out
 	}
-	rs := s.runs.Load().clone()
 	var written []run
 	var paths []string
 	var rw *runWriter // the run being written: the current generation's
@@ -369,10 +382,9 @@ func (s *Store) flushMem(job *flushJob) error {
 			}
 			if rw == nil {
 				var err error
-				if rw, err = s.newRunWriter(e.gen, rs.next, keysOf(e.gen), 0); err != nil {
+				if rw, err = s.newRunWriter(e.gen, s.allocRun(), keysOf(e.gen), 0); err != nil {
 					return err
 				}
-				rs.next++
 			}
 			if err := rw.add(e.h, e.version); err != nil {
 				return fmt.Errorf("write run %d: %w", rw.r.id, err)
@@ -389,10 +401,15 @@ func (s *Store) flushMem(job *flushJob) error {
 			return fmt.Errorf("ingest runs: %w", err)
 		}
 	}
+	// The registry: the published one (a merge may have changed it since
+	// this flush began) with the new runs, below the floor none.
+	s.regMu.Lock()
+	rs := s.runs.Load().clone()
 	for _, r := range written {
 		rs.add(r)
 	}
 	rs.expire(job.floor)
+	rs.next = s.nextRun
 	pb := s.db.NewBatch()
 	defer pb.Close()
 	if job.floor > s.durableFloor {
@@ -407,6 +424,7 @@ func (s *Store) flushMem(job *flushJob) error {
 	_ = pb.Set(metaRunsKey, rs.encode(), nil)
 	// Synced: the commit log of job.mem is removed next.
 	if err := pb.Commit(pebble.Sync); err != nil {
+		s.regMu.Unlock()
 		return fmt.Errorf("record runs: %w", err)
 	}
 	s.durableFloor = max(s.durableFloor, job.floor)
@@ -416,6 +434,7 @@ func (s *Store) flushMem(job *flushJob) error {
 		s.imm = nil
 	}
 	s.viewMu.Unlock()
+	s.regMu.Unlock()
 	s.dropGetReader()
 	for _, p := range paths {
 		_ = s.opts.FS.Remove(p) // Pebble holds a link of its own
@@ -461,6 +480,10 @@ type mergePolicy struct {
 	// instead of through range deletions, which reach the last level
 	// through compactions.
 	excise bool
+	// inline: the flusher runs the merges a flush made due before its next
+	// flush, on the store's worker (before the merger: a handover then
+	// waited for them), instead of handing them to the merger.
+	inline bool
 }
 
 // defaultMergePolicy is what a store uses unless Options.merge says
@@ -499,14 +522,17 @@ func side(r run, b uint64) int {
 }
 
 // pickMerge returns the runs of one generation to merge next, or nil: the
-// newest window of fanout consecutive runs (newest first, so their leaves
+// oldest window of fanout consecutive runs (newest first, so their leaves
 // are contiguous) of one tier, below the cap, on one side of the barrier.
 // Keeping the sides apart means a run made since the last Mark never holds
 // keys of runs made before it, so ScanSince after that Mark reads only the
-// keys written since (see Store.Mark).
+// keys written since (see Store.Mark). The oldest, not the newest: the
+// merger runs beside the flushes, so a tier may hold more than fanout runs
+// when it looks, and the newest window would leave the oldest run of it
+// behind, between bigger runs, for good.
 func (p mergePolicy) pickMerge(runs []run, baseKeys, barrier uint64) []run {
 	n := p.fanout
-	for i := 0; i+n <= len(runs); i++ {
+	for i := len(runs) - n; i >= 0; i-- {
 		w := runs[i : i+n]
 		t, sd := p.tier(w[0].keys, baseKeys), side(w[0], barrier)
 		ok := p.maxKeys == 0 || w[0].keys < p.maxKeys
@@ -521,10 +547,29 @@ func (p mergePolicy) pickMerge(runs []run, baseKeys, barrier uint64) []run {
 	return nil
 }
 
+// allocRun hands out the next run id.
+func (s *Store) allocRun() uint64 {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	id := s.nextRun
+	s.nextRun++
+	return id
+}
+
+// errMergeExpired ends a merge whose generation expired while it ran.
+var errMergeExpired = errors.New("statestore: merged generation expired")
+
+// errMergeStopped ends a merge the merger's stop gave up on.
+var errMergeStopped = errors.New("statestore: merge stopped: the store is closing")
+
+// mergeStopCheck is how many keys a merge writes between two looks at the
+// merger's stop flag.
+const mergeStopCheck = 1 << 14
+
 // mergeTiers merges, in every generation, windows of runs pickMerge names
-// until there is none.
+// until there is none, or the merger stops.
 func (s *Store) mergeTiers() error {
-	for {
+	for !s.mg.quit.Load() {
 		rs := s.runs.Load()
 		barrier := s.barrier.Load()
 		var pick []run
@@ -536,29 +581,42 @@ func (s *Store) mergeTiers() error {
 		if pick == nil {
 			return nil
 		}
-		if err := s.mergeRuns(pick); err != nil {
+		if err := s.mergeRuns(pick); errors.Is(err, errMergeStopped) {
+			return nil
+		} else if err != nil && !errors.Is(err, errMergeExpired) {
 			return err
 		}
 	}
+	return nil
 }
 
 // mergeRuns merges runs (one generation, newest first) into one new run.
 // Of a key in several runs the newest version wins. The new run is ingested
 // and published before the inputs are deleted, so a reader always finds
-// every key in one of the runs its view names.
-func (s *Store) mergeRuns(runs []run) error {
+// every key in one of the runs its view names. A flush may record runs
+// meanwhile: the new registry is made from the published one under regMu.
+// If the generation expired meanwhile the output is dropped unrecorded.
+func (s *Store) mergeRuns(runs []run) (err error) {
 	gen := runs[0].gen
-	rs := s.runs.Load().clone()
-	id := rs.next
-	rs.next++
 	var keys uint64
 	for _, r := range runs {
 		keys += r.keys
 	}
-	rw, err := s.newRunWriter(gen, id, keys, s.merge.splitKeys)
+	rw, err := s.newRunWriter(gen, s.allocRun(), keys, s.merge.splitKeys)
 	if err != nil {
 		return err
 	}
+	ingested := false
+	defer func() {
+		if rw.w != nil {
+			_ = rw.w.Close()
+		}
+		if !ingested {
+			for _, p := range rw.paths {
+				_ = s.opts.FS.Remove(p)
+			}
+		}
+	}()
 	rw.r.lo, rw.r.hi = runs[0].lo, runs[0].hi
 	for _, r := range runs[1:] {
 		rw.r.lo, rw.r.hi = min(rw.r.lo, r.lo), max(rw.r.hi, r.hi)
@@ -576,7 +634,16 @@ func (s *Store) mergeRuns(runs []run) error {
 		}
 		srcs = append(srcs, c)
 	}
-	err = mergeCursors(srcs, nil, func(h partition.Hash, v uint64) error { return rw.add(h, v) })
+	var n uint64
+	err = mergeCursors(srcs, nil, func(h partition.Hash, v uint64) error {
+		if n++; n%mergeStopCheck == 0 && s.mg.quit.Load() {
+			return errMergeStopped
+		}
+		return rw.add(h, v)
+	})
+	if errors.Is(err, errMergeStopped) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("merge runs of generation %d: %w", gen, err)
 	}
@@ -584,23 +651,48 @@ func (s *Store) mergeRuns(runs []run) error {
 	if err != nil {
 		return err
 	}
-	s.mergedKeys += r.keys
-	if err := s.db.Ingest(context.Background(), rw.paths); err != nil {
+	if err := s.recordMerge(runs, r, rw.paths); err != nil || !s.merge.excise {
+		ingested = err == nil
+		return err
+	}
+	ingested = true
+	for _, in := range runs {
+		if err := s.db.Excise(context.Background(), pebble.KeyRange{Start: runStart(gen, in.id), End: runEnd(gen, in.id)}); err != nil {
+			return fmt.Errorf("remove merged run %d: %w", in.id, err)
+		}
+	}
+	return nil
+}
+
+// recordMerge ingests the merged run r (in paths) in place of runs and
+// records the registry without them, under regMu. If runs expired since
+// they were picked it records nothing and returns errMergeExpired.
+func (s *Store) recordMerge(runs []run, r run, paths []string) error {
+	gen := r.gen
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	cur := s.runs.Load()
+	for _, in := range runs {
+		if in.gen < s.durableFloor || !cur.has(gen, in.id) {
+			// A flush recorded a floor above them since the pick.
+			return errMergeExpired
+		}
+	}
+	if err := s.db.Ingest(context.Background(), paths); err != nil {
 		return fmt.Errorf("ingest merged run: %w", err)
 	}
-	for _, p := range rw.paths {
+	s.mergedKeys += r.keys
+	for _, p := range paths {
 		_ = s.opts.FS.Remove(p)
 	}
 	ids := make([]uint64, len(runs))
 	for i, in := range runs {
 		ids[i] = in.id
 	}
+	rs := cur.clone()
 	rs.remove(gen, ids)
 	rs.add(r)
-	s.viewMu.Lock()
-	s.runs.Store(rs)
-	s.viewMu.Unlock()
-	s.dropGetReader()
+	rs.next = s.nextRun
 	pb := s.db.NewBatch()
 	defer pb.Close()
 	if !s.merge.excise {
@@ -619,13 +711,12 @@ func (s *Store) mergeRuns(runs []run) error {
 	if err := pb.Commit(sync); err != nil {
 		return fmt.Errorf("record merged run: %w", err)
 	}
-	if s.merge.excise {
-		for _, in := range runs {
-			if err := s.db.Excise(context.Background(), pebble.KeyRange{Start: runStart(gen, in.id), End: runEnd(gen, in.id)}); err != nil {
-				return fmt.Errorf("remove merged run %d: %w", in.id, err)
-			}
-		}
-	}
+	// Published once recorded, as a flush does: a Mark's NextRun (the
+	// published next id) is then never above the registry's after a crash.
+	s.viewMu.Lock()
+	s.runs.Store(rs)
+	s.viewMu.Unlock()
+	s.dropGetReader()
 	return nil
 }
 
