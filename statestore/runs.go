@@ -401,6 +401,9 @@ func (s *Store) flushMem(job *flushJob) error {
 			return fmt.Errorf("ingest runs: %w", err)
 		}
 	}
+	if s.hooks.flushWritten != nil {
+		s.hooks.flushWritten()
+	}
 	// The registry: the published one (a merge may have changed it since
 	// this flush began) with the new runs, below the floor none.
 	s.regMu.Lock()
@@ -650,6 +653,9 @@ func (s *Store) mergeRuns(runs []run) (err error) {
 	r, err := rw.finish()
 	if err != nil {
 		return err
+	}
+	if s.hooks.mergeWritten != nil {
+		s.hooks.mergeWritten()
 	}
 	if err := s.recordMerge(runs, r, rw.paths); err != nil || !s.merge.excise {
 		ingested = err == nil

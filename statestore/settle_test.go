@@ -10,3 +10,9 @@ func (s *Store) settle() error {
 	}
 	return s.mg.w.do(func() error { return nil })
 }
+
+// settleFlushes waits until the flushes queued so far are done (not the
+// merges they made due).
+func (s *Store) settleFlushes() error {
+	return s.w.do(func() error { return nil })
+}

@@ -75,6 +75,10 @@ type Store struct {
 	// runs.
 	regMu   sync.Mutex
 	nextRun uint64 // the id the next run gets (under regMu)
+	// hooks are nil outside the tests of the merger (merger_test.go),
+	// which hold a flush or a merge at the point where it has written its
+	// runs and is about to record them.
+	hooks struct{ flushWritten, mergeWritten func() }
 
 	closed atomic.Bool
 
