@@ -28,6 +28,7 @@ type run struct {
 	keys    uint64
 	bytes   uint64
 	lo, hi  uint64
+	filter  *memFilter // nil: not in memory (not recorded in the registry)
 }
 
 // runSet is the registry of live runs. It is immutable once published:
@@ -71,17 +72,40 @@ func (rs *runSet) add(r run) {
 	rs.gens[r.gen] = runs
 }
 
+// remove drops the runs ids of gen and releases their filters' memory.
+// rs must be a clone, the published set keeps its own slices.
 func (rs *runSet) remove(gen uint64, ids []uint64) {
-	rs.gens[gen] = slices.DeleteFunc(rs.gens[gen], func(r run) bool { return slices.Contains(ids, r.id) })
+	rs.gens[gen] = slices.DeleteFunc(rs.gens[gen], func(r run) bool {
+		if slices.Contains(ids, r.id) {
+			r.filter.drop()
+			return true
+		}
+		return false
+	})
 	if len(rs.gens[gen]) == 0 {
 		delete(rs.gens, gen)
 	}
 }
 
+// expire drops the generations below floor and releases their filters'
+// memory.
 func (rs *runSet) expire(floor uint64) {
-	for g := range rs.gens {
+	for g, runs := range rs.gens {
 		if g < floor {
+			for _, r := range runs {
+				r.filter.drop()
+			}
 			delete(rs.gens, g)
+		}
+	}
+}
+
+// keepFilters reserves the memory of the in-memory filters of runs in the
+// store's block cache. Under regMu, as the runs are recorded.
+func (s *Store) keepFilters(runs ...run) {
+	for _, r := range runs {
+		if r.filter != nil && r.filter.release == nil {
+			r.filter.release = s.cache.Reserve(len(r.filter.f))
 		}
 	}
 }
@@ -199,6 +223,7 @@ type runWriter struct {
 	r      run
 	key    [bucketKeyLen]byte
 	val    [maxValueLen]byte
+	filter []byte // the filter of a run of one sstable, once finished
 }
 
 // newRunWriter starts leaf run id of gen (mergeRuns sets its leaf range),
@@ -226,7 +251,7 @@ func (rw *runWriter) next() error {
 	}
 	rw.paths = append(rw.paths, path)
 	wo := rw.s.po.MakeWriterOptions(6, rw.s.db.TableFormat())
-	wo.FilterPolicy = runFilter{keys: rw.fileKeys()}
+	wo.FilterPolicy = runFilter{keys: rw.fileKeys(), keep: &rw.filter}
 	rw.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
 	rw.inFile = 0
 	return nil
@@ -272,6 +297,9 @@ func (rw *runWriter) finish() (run, error) {
 		if fi, err := rw.s.opts.FS.Stat(p); err == nil {
 			rw.r.bytes += uint64(fi.Size())
 		}
+	}
+	if len(rw.paths) == 1 && rw.filter != nil {
+		rw.r.filter = &memFilter{f: rw.filter}
 	}
 	return rw.r, nil
 }
@@ -411,6 +439,7 @@ func (s *Store) flushMem(job *flushJob) error {
 	for _, r := range written {
 		rs.add(r)
 	}
+	s.keepFilters(written...)
 	rs.expire(job.floor)
 	rs.next = s.nextRun
 	pb := s.db.NewBatch()
@@ -698,6 +727,7 @@ func (s *Store) recordMerge(runs []run, r run, paths []string) error {
 	rs := cur.clone()
 	rs.remove(gen, ids)
 	rs.add(r)
+	s.keepFilters(r)
 	rs.next = s.nextRun
 	pb := s.db.NewBatch()
 	defer pb.Close()

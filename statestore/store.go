@@ -47,6 +47,7 @@ type State struct {
 // must not race with any other call.
 type Store struct {
 	db    *pebble.DB
+	cache *pebble.Cache // Pebble's block cache (the DB holds a reference)
 	po    *pebble.Options
 	opts  Options
 	dir   string
@@ -164,6 +165,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		db:      db,
+		cache:   cache,
 		po:      po,
 		opts:    opts,
 		dir:     dir,
@@ -750,6 +752,15 @@ func (s *Store) closeDB() error {
 	if err := s.mg.stop(); err != nil {
 		return err
 	}
+	s.regMu.Lock()
+	if rs := s.runs.Load(); rs != nil {
+		for _, runs := range rs.gens {
+			for _, r := range runs {
+				r.filter.drop()
+			}
+		}
+	}
+	s.regMu.Unlock()
 	err := s.w.do(s.db.Close)
 	if err != nil {
 		return err
