@@ -64,6 +64,7 @@ func BenchmarkMergePolicy(b *testing.B) {
 		{"fanout8-split4", mergePolicy{fanout: 8, splitKeys: 4 * base}},
 		{"fanout8-excise", mergePolicy{fanout: 8, excise: true}},
 		{"fanout8-inline", mergePolicy{fanout: 8, excise: true, inline: true}},
+		{"leaves", mergePolicy{fanout: 8, excise: true, maxKeys: base}},
 	}
 	variants = pickNamed(os.Getenv("MERGE_VARIANTS"), variants, func(i int) string { return variants[i].name })
 	for _, vr := range variants {
