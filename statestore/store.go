@@ -66,7 +66,7 @@ type Store struct {
 	// read it once the merger is idle).
 	mergedKeys uint64
 	// stallNanos is the time Commits and Expires spent waiting for the
-	// previous index's flush at a handover (see Store.flushWaits).
+	// previous index's flush at a handover (BenchmarkMergePolicy's stall-ms).
 	stallNanos atomic.Int64
 
 	// regMu orders the changes of the run registry: run ids are handed out

@@ -122,7 +122,7 @@ func (w *worker) stop() error {
 // merges they made due on the store's worker before the next flush could
 // start, so a Commit that filled an index while a merge of eight leaves was
 // running (seconds at 100M keys) waited for the rest of it at the handover
-// (Store.flushWaits). Now a flush only kicks the merger, and the stage's
+// (BenchmarkMergePolicy's stall-ms). Now a flush only kicks the merger, and the stage's
 // commits wait at most for the previous index's own flush: on two cores the
 // stage runs on one and the flusher and merger share the other.
 //
