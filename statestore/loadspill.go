@@ -133,9 +133,7 @@ func (s *Store) postLoad(job *flushJob, final bool) bool {
 		if job.err != nil {
 			return
 		}
-		if err := s.runJob(s.mergeTiers); err != nil {
-			s.fatal.set(err)
-		}
+		s.mergeAfterWrite()
 	})
 }
 

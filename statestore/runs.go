@@ -327,14 +327,19 @@ func (s *Store) postFlush(job *flushJob) bool {
 		if job.err != nil {
 			return
 		}
-		if s.merge.inline {
-			if err := s.runJob(s.mergeTiers); err != nil {
-				s.fatal.set(err)
-			}
-			return
-		}
-		s.mg.kick(s.mergePass)
+		s.mergeAfterWrite()
 	})
+}
+
+// mergeAfterWrite starts the merges a flush or a load made due: it kicks
+// the merger, or under an inline policy merges on the worker. On the
+// worker. No other goroutine runs merges: two would pick the same runs.
+func (s *Store) mergeAfterWrite() {
+	if s.merge.inline {
+		s.mergePass()
+		return
+	}
+	s.mg.kick(s.mergePass)
 }
 
 // mergePass is one pass of the merger: every merge due, then done. Any
