@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -225,7 +226,7 @@ func TestCrashConsistency(t *testing.T) {
 	for _, wal := range []bool{true, false} {
 		for seed := uint64(1); seed <= soakSeeds(2); seed++ {
 			t.Run(fmt.Sprintf("wal=%t/seed=%d", wal, seed), func(t *testing.T) {
-				fs := vfs.NewCrashableMem()
+				fs := newCloneableMem()
 				opts := testOptions(fs)
 				opts.VersionMode = true
 				opts.DisableWAL = !wal
@@ -254,4 +255,29 @@ func TestCrashConsistency(t *testing.T) {
 			})
 		}
 	}
+}
+
+// cloneableMem is a crashable MemFS whose Link and CrashClone exclude each
+// other. Pebble's MemFS.Link read-locks its clone mutex twice; a CrashClone
+// that arrives between the two takes the write lock's turn and blocks the
+// second read lock, while it waits for the first: a deadlock of the test's
+// file system, not of the store (met once merges ran on a goroutine of
+// their own and ingested while a test cloned).
+type cloneableMem struct {
+	*vfs.MemFS
+	mu sync.RWMutex
+}
+
+func newCloneableMem() *cloneableMem { return &cloneableMem{MemFS: vfs.NewCrashableMem()} }
+
+func (m *cloneableMem) Link(oldname, newname string) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.MemFS.Link(oldname, newname)
+}
+
+func (m *cloneableMem) CrashClone(cfg vfs.CrashCloneCfg) *vfs.MemFS {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.MemFS.CrashClone(cfg)
 }

@@ -72,7 +72,7 @@ func TestErrorInjection(t *testing.T) {
 		for seed := uint64(1); seed <= seeds; seed++ {
 			name := fmt.Sprintf("wal=%t/writeOnly=%t/fromOpen=%t/oneIn=%d/seed=%d", v.wal, v.writeOnly, v.fromOpen, v.oneIn, seed)
 			t.Run(name, func(t *testing.T) {
-				base := vfs.NewCrashableMem()
+				base := newCloneableMem()
 				in := &injector{writeOnly: v.writeOnly, oneIn: v.oneIn, rng: rand.New(rand.NewPCG(seed, 99))}
 				opts := testOptions(errorfs.Wrap(base, in))
 				opts.VersionMode = true

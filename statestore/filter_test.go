@@ -2,10 +2,13 @@ package statestore
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/dedupstream/dedupstream/filter"
+	"github.com/dedupstream/dedupstream/partition"
 )
 
 // TestRunFilter: a run filter answers "maybe" for every key written into
@@ -17,9 +20,11 @@ func TestRunFilter(t *testing.T) {
 	for _, c := range []struct {
 		sized, added int
 		meta         bool // also add as many keys that are not run keys
-	}{{100_000, 100_000, false}, {200_000, 100_000, true}, {400_000, 100_000, false}, {1, 3, true}, {0, 50, false}} {
-		t.Run(fmt.Sprintf("sized=%d/added=%d/meta=%t", c.sized, c.added, c.meta), func(t *testing.T) {
-			p := runFilter{keys: uint64(c.sized)}
+		v1           bool // the filter of tables written before v2
+	}{{100_000, 100_000, false, false}, {200_000, 100_000, true, false}, {400_000, 100_000, false, false}, {1, 3, true, false}, {0, 50, false, false},
+		{100_000, 100_000, false, true}, {200_000, 100_000, true, true}} {
+		t.Run(fmt.Sprintf("sized=%d/added=%d/meta=%t/v1=%t", c.sized, c.added, c.meta, c.v1), func(t *testing.T) {
+			p := runFilter{keys: uint64(c.sized), v1: c.v1}
 			w := p.NewWriter(pebble.TableFilter)
 			var k [bucketKeyLen]byte
 			for i := range c.added {
@@ -30,7 +35,7 @@ func TestRunFilter(t *testing.T) {
 				}
 			}
 			f := w.Finish(nil)
-			var reader runFilter // reads need no size
+			reader := runFilter{v1: c.v1} // reads need no size
 			for i := range c.added {
 				putRunKey(k[:], 4, 9, keyOf(1, uint64(i)))
 				if !reader.MayContain(pebble.TableFilter, f, k[:]) {
@@ -69,13 +74,53 @@ func TestRunFilter(t *testing.T) {
 	}
 }
 
+// TestRunFilterBesideFront: the keys the stage asks the store about are
+// mostly false positives of its Bloom front, and the run filter takes its
+// block from the same high hash bits as the front: it must still turn away
+// all but about 1 % of them, as it does for keys at random.
+func TestRunFilterBesideFront(t *testing.T) {
+	const n = 200_000
+	front, err := filter.New(filter.Config{KeysPerGeneration: n, Generations: 1, FalsePositiveRate: 0.01}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := runFilter{keys: n}.NewWriter(pebble.TableFilter)
+	var k [bucketKeyLen]byte
+	for i := range n {
+		h := keyOf(1, uint64(i))
+		front.Add(h)
+		putRunKey(k[:], 1, 1, h)
+		w.AddKey(k[:])
+	}
+	f := w.Finish(nil)
+	var fronted, fp int
+	for i := 0; fronted < 20_000; i++ {
+		h := keyOf(2, uint64(i))
+		if !front.Test(h) {
+			continue
+		}
+		fronted++
+		putRunKey(k[:], 1, 1, h)
+		if (runFilter{}).MayContain(pebble.TableFilter, f, k[:]) {
+			fp++
+		}
+	}
+	rate := float64(fp) / float64(fronted)
+	t.Logf("run filter false positives among %d front false positives: %.4f", fronted, rate)
+	if rate > 0.02 {
+		t.Errorf("run filter passes %.4f of the front's false positives, want <= 0.02", rate)
+	}
+}
+
 // TestRunFilterUsedByReads: the runs a store writes carry the run filter
-// and reads consult it: absent keys end at the filter (Pebble counts a
-// filter hit) instead of reading a data block.
+// and reads consult it: absent keys end at the filter instead of reading a
+// data block. The store that wrote a run holds its filter in memory, and a
+// miss there never enters Pebble (no block is read, not even the filter
+// block); after a reopen Pebble's copy in the sstable answers (Pebble
+// counts a filter hit).
 func TestRunFilterUsedByReads(t *testing.T) {
 	opts := testOptions(vfs.NewMem())
 	s := mustOpen(t, "db", opts)
-	defer mustClose(t, s)
 	const n = 20_000
 	b := s.NewBatch()
 	for i := range n {
@@ -92,21 +137,78 @@ func TestRunFilterUsedByReads(t *testing.T) {
 	}
 	if rs := s.runs.Load(); len(rs.of(1)) == 0 {
 		t.Fatal("no run written")
+	} else if rs.of(1)[0].filter == nil {
+		t.Fatal("the run's filter is not in memory")
 	}
-	before := s.db.Metrics().Filter
 	const probes = 2000
-	for i := range probes {
-		if _, found, err := s.Get(1, keyOf(2, uint64(i))); err != nil || found {
-			t.Fatalf("absent key %d: found %t, %v", i, found, err)
+	probe := func(s *Store) {
+		t.Helper()
+		for i := range probes {
+			if _, found, err := s.Get(1, keyOf(2, uint64(i))); err != nil || found {
+				t.Fatalf("absent key %d: found %t, %v", i, found, err)
+			}
 		}
+	}
+	// Open the Get reader first: opening iterators reads blocks.
+	if _, _, err := s.Get(1, keyOf(1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	m0 := s.db.Metrics()
+	probe(s)
+	m1 := s.db.Metrics()
+	if d := m1.Filter.Hits + m1.Filter.Misses - m0.Filter.Hits - m0.Filter.Misses; d != 0 {
+		t.Errorf("%d probes reached Pebble's filter, want 0 (the filter in memory answers)", d)
+	}
+	if d := m1.BlockCache.Hits + m1.BlockCache.Misses - m0.BlockCache.Hits - m0.BlockCache.Misses; d > probes/20 {
+		t.Errorf("%d block reads for %d absent keys, want <= %d", d, probes, probes/20)
 	}
 	for i := range n {
 		if _, found, err := s.Get(1, keyOf(1, uint64(i))); err != nil || !found {
 			t.Fatalf("key %d: found %t, %v", i, found, err)
 		}
 	}
+	mustClose(t, s)
+	s = mustOpen(t, "db", opts)
+	defer mustClose(t, s)
+	before := s.db.Metrics().Filter
+	probe(s)
 	after := s.db.Metrics().Filter
 	if hits := after.Hits - before.Hits; hits < probes*9/10 {
-		t.Errorf("%d of %d absent keys ended at a run filter, want >= 90 %%", hits, probes)
+		t.Errorf("after a reopen %d of %d absent keys ended at a run filter, want >= 90 %%", hits, probes)
+	}
+}
+
+// BenchmarkRunFilterWrite: the filter writer's cost per key as a run
+// writes it, keys in hash order, for a leaf run (1M keys, the sweep's
+// 64 MiB index) and a merge of eight, v1 (block from a mix of both hash
+// words) against v2 (block from the high bits).
+func BenchmarkRunFilterWrite(b *testing.B) {
+	for _, n := range []int{1 << 20, 8 << 20} {
+		keys := make([][bucketKeyLen]byte, n)
+		hs := make([]partition.Hash, n)
+		for i := range hs {
+			hs[i] = keyOf(1, uint64(i))
+		}
+		slices.SortFunc(hs, func(x, y partition.Hash) int {
+			if c := cmpU64(x.Hi, y.Hi); c != 0 {
+				return c
+			}
+			return cmpU64(x.Lo, y.Lo)
+		})
+		for i, h := range hs {
+			putRunKey(keys[i][:], 1, 1, h)
+		}
+		for _, v1 := range []bool{true, false} {
+			b.Run(fmt.Sprintf("keys=%s/v1=%t", countName(n), v1), func(b *testing.B) {
+				for b.Loop() {
+					w := runFilter{keys: uint64(n), v1: v1}.NewWriter(pebble.TableFilter)
+					for i := range keys {
+						w.AddKey(keys[i][:])
+					}
+					_ = w.Finish(nil)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/key")
+			})
+		}
 	}
 }

@@ -281,16 +281,14 @@ func (l *runsLayout) settle() error {
 	l.s.wmu.Lock()
 	defer l.s.wmu.Unlock()
 	// Write the keys in memory as runs, then wait for the merges that
-	// started: the loop merges before it takes the next job.
+	// started.
 	if err := l.s.handOver(false); err != nil {
 		return err
 	}
 	if err := l.s.awaitFlush(); err != nil {
 		return err
 	}
-	l.s.job = &flushJob{mem: newMemIndex(0, 0), state: l.s.State(), floor: l.s.floorGen(), done: make(chan struct{})}
-	l.s.postFlush(l.s.job)
-	return l.s.awaitFlush()
+	return l.s.settle()
 }
 
 // openReader refreshes the long-lived Reader, as the stage does per batch;

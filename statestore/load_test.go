@@ -118,7 +118,7 @@ func TestCrashConsistencyBulkLoad(t *testing.T) {
 	const commits = 1200
 	for seed := uint64(1); seed <= soakSeeds(1); seed++ {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			fs := vfs.NewCrashableMem()
+			fs := newCloneableMem()
 			opts := testOptions(fs)
 			opts.VersionMode = true
 			opts.MemTableSize = 64 << 10 // 1024 keys a buffer: a spill every ~17 Loads

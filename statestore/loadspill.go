@@ -133,12 +133,8 @@ func (s *Store) postLoad(job *flushJob, final bool) bool {
 		if job.err != nil {
 			return
 		}
-		if err := s.runJob(s.mergeTiers); err != nil {
-			s.fatal.set(err)
-		}
-		if b := s.opts.budget; b != nil {
-			b.noteRuns(s, s.runs.Load())
-		}
+		s.noteRuns()
+		s.mergeAfterWrite()
 	})
 }
 
@@ -226,15 +222,13 @@ func (s *Store) writeLoad(job *flushJob) error {
 	}
 	count(memSegs)
 	sort.Slice(gens, func(i, j int) bool { return gens[i] < gens[j] })
-	rs := s.runs.Load().clone()
 	fs := s.opts.FS
 	var parts []*loadPart
 	for _, gen := range gens {
 		if gen < job.floor {
 			continue
 		}
-		id := rs.next
-		rs.next++
+		id := s.allocRun() // the merger hands out ids too
 		n := counts[gen].n
 		if n[0]+n[1] >= loadSplitKeys {
 			parts = append(parts, &loadPart{gen: gen, halves: []uint8{0}, id: id, keys: n[0]},
@@ -281,6 +275,7 @@ func (s *Store) writeLoad(job *flushJob) error {
 		return firstErr
 	}
 	var paths []string
+	var written []run
 	for i, p := range parts {
 		paths = append(paths, p.path)
 		if i > 0 && parts[i-1].id == p.id {
@@ -295,14 +290,23 @@ func (s *Store) writeLoad(job *flushJob) error {
 			r.keys += q.written
 			r.bytes += q.bytes
 		}
-		rs.add(r)
+		written = append(written, r)
 	}
 	if len(paths) > 0 {
 		if err := s.db.Ingest(context.Background(), paths); err != nil {
 			return fmt.Errorf("ingest loaded runs: %w", err)
 		}
 	}
+	// The registry from the published one, under regMu: the merger may
+	// have recorded a merge since this load began (see flushMem).
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	rs := s.runs.Load().clone()
+	for _, r := range written {
+		rs.add(r)
+	}
 	rs.expire(job.floor)
+	rs.next = s.nextRun
 	pb := s.db.NewBatch()
 	defer pb.Close()
 	if job.floor > s.durableFloor {

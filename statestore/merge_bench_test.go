@@ -20,6 +20,8 @@ import (
 // 16 MiB block cache (the sweep's cache holds about a tenth of its data;
 // this one about an eighth). Per variant it reports:
 //
+//   - keys/s: wall clock over the fill, and stall-ms: how long its Commits
+//     waited at handovers for the previous index's flush;
 //   - cpu-us/key: process CPU per key over the fill, flushes and merges
 //     included (the fill ends with the store settled), and last-cpu-us/key
 //     over its last tenth;
@@ -32,7 +34,9 @@ import (
 // Variants (MERGE_VARIANTS=name,... selects): fanout 4 (the default), 8 and
 // 16; fanout 4 with merged runs capped at 16 leaves' worth ("cap16"); fanout
 // 4 with merged runs written as sstables of at most 4 leaves' worth
-// ("split4"), and fanout 8 so ("fanout8-split4"). Run them interleaved,
+// ("split4"), and fanout 8 so ("fanout8-split4"); fanout 8 with excised
+// inputs on the merger ("fanout8-excise", the default) and with the merges
+// run by the flusher between flushes ("fanout8-inline"). Run them interleaved,
 // one process per variant and round (-count repeats each variant in a row):
 //
 //	for r in 1 2 3; do for v in fanout4 fanout8; do
@@ -59,6 +63,8 @@ func BenchmarkMergePolicy(b *testing.B) {
 		{"split4", mergePolicy{fanout: 4, splitKeys: 4 * base}},
 		{"fanout8-split4", mergePolicy{fanout: 8, splitKeys: 4 * base}},
 		{"fanout8-excise", mergePolicy{fanout: 8, excise: true}},
+		{"fanout8-inline", mergePolicy{fanout: 8, excise: true, inline: true}},
+		{"leaves", mergePolicy{fanout: 8, excise: true, maxKeys: base}},
 	}
 	variants = pickNamed(os.Getenv("MERGE_VARIANTS"), variants, func(i int) string { return variants[i].name })
 	for _, vr := range variants {
@@ -78,7 +84,7 @@ func mergeFill(b *testing.B, s *Store, n, gens int) {
 	perGen := (n + gens - 1) / gens
 	hs := make([]partition.Hash, commitKeys)
 	runtime.GC()
-	cpu := cpuTime()
+	cpu, wall := cpuTime(), time.Now()
 	var lastCPU time.Duration
 	for i := 0; i < n; i += commitKeys {
 		if i >= n-n/10 && lastCPU == 0 {
@@ -95,6 +101,8 @@ func mergeFill(b *testing.B, s *Store, n, gens int) {
 		b.Fatal(err)
 	}
 	end := cpuTime()
+	b.ReportMetric(float64(n)/time.Since(wall).Seconds(), "keys/s")
+	b.ReportMetric(float64(s.stallNanos.Load())/1e6, "stall-ms")
 	b.ReportMetric(float64((end-cpu).Nanoseconds())/1e3/float64(n), "cpu-us/key")
 	b.ReportMetric(float64((end-lastCPU).Nanoseconds())/1e3/float64(n/10), "last-cpu-us/key")
 	b.ReportMetric(float64(s.mergedKeys)/float64(n), "rewrites/key")

@@ -230,7 +230,7 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.
 		FlushDelayDeleteRange: 10 * time.Second,
 	}
 	// Runs carry a filter of their own, sized when written (filter.go).
-	po.Filters = map[string]pebble.FilterPolicy{runFilterName: runFilter{}}
+	po.Filters = map[string]pebble.FilterPolicy{runFilterName: runFilter{}, runFilterNameV1: runFilter{v1: true}}
 	// Larger L0 files: a flush of a 64 MiB memtable yields ~4 files instead
 	// of ~30 at Pebble's 2 MiB default, fewer files for every later
 	// compaction and Get to consider. Deeper levels double from there.

@@ -30,8 +30,9 @@ type Reader struct {
 	active *memIndex
 	imm    *memIndex
 	runs   *runSet
-	its    []*runIter // one per run of runs, newest first within a generation
-	spare  []*runIter // scratch for Refresh
+	its    []*runIter            // one per run of runs
+	byGen  map[uint64][]*runIter // per generation, in runs.of's order (newest first)
+	spare  []*runIter            // scratch for Refresh
 	key    [bucketKeyLen]byte
 	// The arguments and results of probe, which runs through Store.read.
 	probeGen  uint64
@@ -43,6 +44,7 @@ type Reader struct {
 // runIter is the iterator of one run.
 type runIter struct {
 	gen, id uint64
+	filter  *memFilter // the run's filter in memory, or nil
 	it      *pebble.Iterator
 	lo, hi  [runPrefixLen]byte
 	opts    pebble.IterOptions
@@ -113,10 +115,12 @@ func (rd *Reader) refresh() error {
 				}
 			}
 			if ri == nil {
-				ri = &runIter{gen: r.gen, id: r.id}
+				ri = &runIter{gen: r.gen, id: r.id, filter: r.filter}
 				putRunPrefix(ri.lo[:], r.gen, r.id)
 				putRunPrefix(ri.hi[:], r.gen, r.id+1)
-				ri.opts = pebble.IterOptions{LowerBound: ri.lo[:], UpperBound: ri.hi[:], UseL6Filters: true}
+				// A run whose filter is in memory is probed there first:
+				// Pebble's copy would only be read (and cached) again.
+				ri.opts = pebble.IterOptions{LowerBound: ri.lo[:], UpperBound: ri.hi[:], UseL6Filters: r.filter == nil}
 				if r.id == ^uint64(0) {
 					ri.opts.UpperBound = genEnd(r.gen)
 				}
@@ -134,6 +138,28 @@ func (rd *Reader) refresh() error {
 		}
 	}
 	rd.runs = runs
+	if rd.byGen == nil {
+		rd.byGen = map[uint64][]*runIter{}
+	}
+	for g, l := range rd.byGen {
+		if len(runs.of(g)) == 0 {
+			delete(rd.byGen, g)
+		} else {
+			rd.byGen[g] = l[:0]
+		}
+	}
+	for g, gr := range runs.gens {
+		l := rd.byGen[g]
+		for _, r := range gr {
+			for _, ri := range rd.its {
+				if ri.id == r.id && ri.gen == g {
+					l = append(l, ri)
+					break
+				}
+			}
+		}
+		rd.byGen[g] = l
+	}
 	if err := errors.Join(errs...); err != nil {
 		return s.readErr(err, "statestore: open reader")
 	}
@@ -154,16 +180,6 @@ func (rd *Reader) hold(active, imm *memIndex) {
 		rd.s.releaseMem(rd.imm)
 		rd.imm = imm
 	}
-}
-
-// iter returns the iterator of run (gen, id), which must be in rd.runs.
-func (rd *Reader) iter(gen, id uint64) *pebble.Iterator {
-	for _, ri := range rd.its {
-		if ri.id == id && ri.gen == gen {
-			return ri.it
-		}
-	}
-	return nil
 }
 
 // Lookup probes the generations in the given order (newest first, as the
@@ -209,16 +225,19 @@ func (rd *Reader) Lookup(h partition.Hash, gens []uint64) (gen, version uint64, 
 func (rd *Reader) probe() error {
 	g, h := rd.probeGen, rd.probeHash
 	rd.found, rd.version = false, 0
-	for i, r := range rd.runs.of(g) {
+	if n := len(rd.runs.of(g)); len(rd.byGen[g]) != n {
+		return fmt.Errorf("no iterator for %d of the %d runs", n-len(rd.byGen[g]), n)
+	}
+	for i, ri := range rd.byGen[g] {
 		if i == 0 {
-			putRunKey(rd.key[:], g, r.id, h)
+			putRunKey(rd.key[:], g, ri.id, h)
 		} else {
-			binary.BigEndian.PutUint64(rd.key[genPrefixLen:runPrefixLen], r.id)
+			binary.BigEndian.PutUint64(rd.key[genPrefixLen:runPrefixLen], ri.id)
 		}
-		it := rd.iter(g, r.id)
-		if it == nil {
-			return fmt.Errorf("no iterator for run %d", r.id)
+		if ri.filter != nil && !ri.filter.mayContain(rd.key[:]) {
+			continue
 		}
+		it := ri.it
 		// The comparer's Split is the whole key, so a prefix seek is an
 		// exact-match probe that can use the sstable Bloom filters.
 		if it.SeekPrefixGE(rd.key[:]) {
@@ -261,7 +280,8 @@ func (rd *Reader) Close() (err error) {
 		}
 	}
 	its, spare := rd.its[:0], rd.spare[:0]
-	*rd = Reader{its: its, spare: spare}
+	clear(rd.byGen)
+	*rd = Reader{its: its, spare: spare, byGen: rd.byGen}
 	if err := errors.Join(errs...); err != nil {
 		return s.readErr(err, "statestore: close reader")
 	}

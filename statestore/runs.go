@@ -28,6 +28,7 @@ type run struct {
 	keys    uint64
 	bytes   uint64
 	lo, hi  uint64
+	filter  *memFilter // nil: not in memory (not recorded in the registry)
 }
 
 // runSet is the registry of live runs. It is immutable once published:
@@ -71,17 +72,40 @@ func (rs *runSet) add(r run) {
 	rs.gens[r.gen] = runs
 }
 
+// remove drops the runs ids of gen and releases their filters' memory.
+// rs must be a clone, the published set keeps its own slices.
 func (rs *runSet) remove(gen uint64, ids []uint64) {
-	rs.gens[gen] = slices.DeleteFunc(rs.gens[gen], func(r run) bool { return slices.Contains(ids, r.id) })
+	rs.gens[gen] = slices.DeleteFunc(rs.gens[gen], func(r run) bool {
+		if slices.Contains(ids, r.id) {
+			r.filter.drop()
+			return true
+		}
+		return false
+	})
 	if len(rs.gens[gen]) == 0 {
 		delete(rs.gens, gen)
 	}
 }
 
+// expire drops the generations below floor and releases their filters'
+// memory.
 func (rs *runSet) expire(floor uint64) {
-	for g := range rs.gens {
+	for g, runs := range rs.gens {
 		if g < floor {
+			for _, r := range runs {
+				r.filter.drop()
+			}
 			delete(rs.gens, g)
+		}
+	}
+}
+
+// keepFilters reserves the memory of the in-memory filters of runs in the
+// store's block cache. Under regMu, as the runs are recorded.
+func (s *Store) keepFilters(runs ...run) {
+	for _, r := range runs {
+		if r.filter != nil && r.filter.release == nil {
+			r.filter.release = s.cache.Reserve(len(r.filter.f))
 		}
 	}
 }
@@ -199,6 +223,7 @@ type runWriter struct {
 	r      run
 	key    [bucketKeyLen]byte
 	val    [maxValueLen]byte
+	filter []byte // the filter of a run of one sstable, once finished
 }
 
 // newRunWriter starts leaf run id of gen (mergeRuns sets its leaf range),
@@ -226,7 +251,7 @@ func (rw *runWriter) next() error {
 	}
 	rw.paths = append(rw.paths, path)
 	wo := rw.s.po.MakeWriterOptions(6, rw.s.db.TableFormat())
-	wo.FilterPolicy = runFilter{keys: rw.fileKeys()}
+	wo.FilterPolicy = runFilter{keys: rw.fileKeys(), keep: &rw.filter}
 	rw.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
 	rw.inFile = 0
 	return nil
@@ -273,6 +298,9 @@ func (rw *runWriter) finish() (run, error) {
 			rw.r.bytes += uint64(fi.Size())
 		}
 	}
+	if len(rw.paths) == 1 && rw.filter != nil {
+		rw.r.filter = &memFilter{f: rw.filter}
+	}
 	return rw.r, nil
 }
 
@@ -287,9 +315,11 @@ type flushJob struct {
 }
 
 // postFlush queues job on the worker: it writes job's keys into runs, then
-// merges runs where a tier filled up. The worker is the only goroutine that
-// changes Pebble after Open, so flushes, merges and expiries are ordered. It
-// reports false once the store is fatal.
+// kicks the merger, which merges runs where a tier filled up (under an
+// inline policy the worker merges them itself before its next task). The
+// worker is the only goroutine that writes Pebble after Open besides the
+// merger; the registry orders the two (Store.regMu). It reports false once
+// the store is fatal.
 func (s *Store) postFlush(job *flushJob) bool {
 	return s.w.post(func() {
 		job.err = s.runJob(func() error { return s.flushMem(job) })
@@ -297,13 +327,36 @@ func (s *Store) postFlush(job *flushJob) bool {
 		if job.err != nil {
 			return
 		}
-		if err := s.runJob(s.mergeTiers); err != nil {
-			s.fatal.set(err)
-		}
-		if b := s.opts.budget; b != nil {
-			b.noteRuns(s, s.runs.Load())
-		}
+		s.noteRuns()
+		s.mergeAfterWrite()
 	})
+}
+
+// mergeAfterWrite starts the merges a flush or a load made due: it kicks
+// the merger, or under an inline policy merges on the worker. On the
+// worker. No other goroutine runs merges: two would pick the same runs.
+func (s *Store) mergeAfterWrite() {
+	if s.merge.inline {
+		s.mergePass()
+		return
+	}
+	s.mg.kick(s.mergePass)
+}
+
+// mergePass is one pass of the merger: every merge due, then done. Any
+// error but the merger's stop is fatal.
+func (s *Store) mergePass() {
+	if err := s.runJob(s.mergeTiers); err != nil {
+		s.fatal.set(err)
+	}
+	s.noteRuns()
+}
+
+// noteRuns tells the budget, if any, the blocks the live runs need now.
+func (s *Store) noteRuns() {
+	if b := s.opts.budget; b != nil {
+		b.noteRuns(s, s.runs.Load())
+	}
 }
 
 // runJob runs fn on the worker; any error of it is fatal (the caller must
@@ -347,7 +400,6 @@ func (s *Store) flushMem(job *flushJob) error {
 		refs = refs[n:]
 		return out
 	}
-	rs := s.runs.Load().clone()
 	var written []run
 	var paths []string
 	var rw *runWriter // the run being written: the current generation's
@@ -374,10 +426,9 @@ func (s *Store) flushMem(job *flushJob) error {
 			}
 			if rw == nil {
 				var err error
-				if rw, err = s.newRunWriter(e.gen, rs.next, keysOf(e.gen), 0); err != nil {
+				if rw, err = s.newRunWriter(e.gen, s.allocRun(), keysOf(e.gen), 0); err != nil {
 					return err
 				}
-				rs.next++
 			}
 			if err := rw.add(e.h, e.version); err != nil {
 				return fmt.Errorf("write run %d: %w", rw.r.id, err)
@@ -394,10 +445,19 @@ func (s *Store) flushMem(job *flushJob) error {
 			return fmt.Errorf("ingest runs: %w", err)
 		}
 	}
+	if s.hooks.flushWritten != nil {
+		s.hooks.flushWritten()
+	}
+	// The registry: the published one (a merge may have changed it since
+	// this flush began) with the new runs, below the floor none.
+	s.regMu.Lock()
+	rs := s.runs.Load().clone()
 	for _, r := range written {
 		rs.add(r)
 	}
+	s.keepFilters(written...)
 	rs.expire(job.floor)
+	rs.next = s.nextRun
 	pb := s.db.NewBatch()
 	defer pb.Close()
 	if job.floor > s.durableFloor {
@@ -412,6 +472,7 @@ func (s *Store) flushMem(job *flushJob) error {
 	_ = pb.Set(metaRunsKey, rs.encode(), nil)
 	// Synced: the commit log of job.mem is removed next.
 	if err := pb.Commit(pebble.Sync); err != nil {
+		s.regMu.Unlock()
 		return fmt.Errorf("record runs: %w", err)
 	}
 	s.durableFloor = max(s.durableFloor, job.floor)
@@ -421,6 +482,7 @@ func (s *Store) flushMem(job *flushJob) error {
 		s.imm = nil
 	}
 	s.viewMu.Unlock()
+	s.regMu.Unlock()
 	s.dropGetReader()
 	for _, p := range paths {
 		_ = s.opts.FS.Remove(p) // Pebble holds a link of its own
@@ -466,6 +528,10 @@ type mergePolicy struct {
 	// instead of through range deletions, which reach the last level
 	// through compactions.
 	excise bool
+	// inline: the flusher runs the merges a flush made due before its next
+	// flush, on the store's worker (before the merger: a handover then
+	// waited for them), instead of handing them to the merger.
+	inline bool
 }
 
 // defaultMergePolicy is what a store uses unless Options.merge says
@@ -504,14 +570,17 @@ func side(r run, b uint64) int {
 }
 
 // pickMerge returns the runs of one generation to merge next, or nil: the
-// newest window of fanout consecutive runs (newest first, so their leaves
+// oldest window of fanout consecutive runs (newest first, so their leaves
 // are contiguous) of one tier, below the cap, on one side of the barrier.
 // Keeping the sides apart means a run made since the last Mark never holds
 // keys of runs made before it, so ScanSince after that Mark reads only the
-// keys written since (see Store.Mark).
+// keys written since (see Store.Mark). The oldest, not the newest: the
+// merger runs beside the flushes, so a tier may hold more than fanout runs
+// when it looks, and the newest window would leave the oldest run of it
+// behind, between bigger runs, for good.
 func (p mergePolicy) pickMerge(runs []run, baseKeys, barrier uint64) []run {
 	n := p.fanout
-	for i := 0; i+n <= len(runs); i++ {
+	for i := len(runs) - n; i >= 0; i-- {
 		w := runs[i : i+n]
 		t, sd := p.tier(w[0].keys, baseKeys), side(w[0], barrier)
 		ok := p.maxKeys == 0 || w[0].keys < p.maxKeys
@@ -526,10 +595,29 @@ func (p mergePolicy) pickMerge(runs []run, baseKeys, barrier uint64) []run {
 	return nil
 }
 
+// allocRun hands out the next run id.
+func (s *Store) allocRun() uint64 {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	id := s.nextRun
+	s.nextRun++
+	return id
+}
+
+// errMergeExpired ends a merge whose generation expired while it ran.
+var errMergeExpired = errors.New("statestore: merged generation expired")
+
+// errMergeStopped ends a merge the merger's stop gave up on.
+var errMergeStopped = errors.New("statestore: merge stopped: the store is closing")
+
+// mergeStopCheck is how many keys a merge writes between two looks at the
+// merger's stop flag.
+const mergeStopCheck = 1 << 14
+
 // mergeTiers merges, in every generation, windows of runs pickMerge names
-// until there is none.
+// until there is none, or the merger stops.
 func (s *Store) mergeTiers() error {
-	for {
+	for !s.mg.quit.Load() {
 		rs := s.runs.Load()
 		barrier := s.barrier.Load()
 		var pick []run
@@ -541,29 +629,42 @@ func (s *Store) mergeTiers() error {
 		if pick == nil {
 			return nil
 		}
-		if err := s.mergeRuns(pick); err != nil {
+		if err := s.mergeRuns(pick); errors.Is(err, errMergeStopped) {
+			return nil
+		} else if err != nil && !errors.Is(err, errMergeExpired) {
 			return err
 		}
 	}
+	return nil
 }
 
 // mergeRuns merges runs (one generation, newest first) into one new run.
 // Of a key in several runs the newest version wins. The new run is ingested
 // and published before the inputs are deleted, so a reader always finds
-// every key in one of the runs its view names.
-func (s *Store) mergeRuns(runs []run) error {
+// every key in one of the runs its view names. A flush may record runs
+// meanwhile: the new registry is made from the published one under regMu.
+// If the generation expired meanwhile the output is dropped unrecorded.
+func (s *Store) mergeRuns(runs []run) (err error) {
 	gen := runs[0].gen
-	rs := s.runs.Load().clone()
-	id := rs.next
-	rs.next++
 	var keys uint64
 	for _, r := range runs {
 		keys += r.keys
 	}
-	rw, err := s.newRunWriter(gen, id, keys, s.merge.splitKeys)
+	rw, err := s.newRunWriter(gen, s.allocRun(), keys, s.merge.splitKeys)
 	if err != nil {
 		return err
 	}
+	ingested := false
+	defer func() {
+		if rw.w != nil {
+			_ = rw.w.Close()
+		}
+		if !ingested {
+			for _, p := range rw.paths {
+				_ = s.opts.FS.Remove(p)
+			}
+		}
+	}()
 	rw.r.lo, rw.r.hi = runs[0].lo, runs[0].hi
 	for _, r := range runs[1:] {
 		rw.r.lo, rw.r.hi = min(rw.r.lo, r.lo), max(rw.r.hi, r.hi)
@@ -581,7 +682,16 @@ func (s *Store) mergeRuns(runs []run) error {
 		}
 		srcs = append(srcs, c)
 	}
-	err = mergeCursors(srcs, nil, func(h partition.Hash, v uint64) error { return rw.add(h, v) })
+	var n uint64
+	err = mergeCursors(srcs, nil, func(h partition.Hash, v uint64) error {
+		if n++; n%mergeStopCheck == 0 && s.mg.quit.Load() {
+			return errMergeStopped
+		}
+		return rw.add(h, v)
+	})
+	if errors.Is(err, errMergeStopped) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("merge runs of generation %d: %w", gen, err)
 	}
@@ -589,23 +699,52 @@ func (s *Store) mergeRuns(runs []run) error {
 	if err != nil {
 		return err
 	}
-	s.mergedKeys += r.keys
-	if err := s.db.Ingest(context.Background(), rw.paths); err != nil {
+	if s.hooks.mergeWritten != nil {
+		s.hooks.mergeWritten()
+	}
+	if err := s.recordMerge(runs, r, rw.paths); err != nil || !s.merge.excise {
+		ingested = err == nil
+		return err
+	}
+	ingested = true
+	for _, in := range runs {
+		if err := s.db.Excise(context.Background(), pebble.KeyRange{Start: runStart(gen, in.id), End: runEnd(gen, in.id)}); err != nil {
+			return fmt.Errorf("remove merged run %d: %w", in.id, err)
+		}
+	}
+	return nil
+}
+
+// recordMerge ingests the merged run r (in paths) in place of runs and
+// records the registry without them, under regMu. If runs expired since
+// they were picked it records nothing and returns errMergeExpired.
+func (s *Store) recordMerge(runs []run, r run, paths []string) error {
+	gen := r.gen
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	cur := s.runs.Load()
+	for _, in := range runs {
+		if in.gen < s.durableFloor || !cur.has(gen, in.id) {
+			// A flush recorded a floor above them since the pick.
+			return errMergeExpired
+		}
+	}
+	if err := s.db.Ingest(context.Background(), paths); err != nil {
 		return fmt.Errorf("ingest merged run: %w", err)
 	}
-	for _, p := range rw.paths {
+	s.mergedKeys += r.keys
+	for _, p := range paths {
 		_ = s.opts.FS.Remove(p)
 	}
 	ids := make([]uint64, len(runs))
 	for i, in := range runs {
 		ids[i] = in.id
 	}
+	rs := cur.clone()
 	rs.remove(gen, ids)
 	rs.add(r)
-	s.viewMu.Lock()
-	s.runs.Store(rs)
-	s.viewMu.Unlock()
-	s.dropGetReader()
+	s.keepFilters(r)
+	rs.next = s.nextRun
 	pb := s.db.NewBatch()
 	defer pb.Close()
 	if !s.merge.excise {
@@ -624,13 +763,12 @@ func (s *Store) mergeRuns(runs []run) error {
 	if err := pb.Commit(sync); err != nil {
 		return fmt.Errorf("record merged run: %w", err)
 	}
-	if s.merge.excise {
-		for _, in := range runs {
-			if err := s.db.Excise(context.Background(), pebble.KeyRange{Start: runStart(gen, in.id), End: runEnd(gen, in.id)}); err != nil {
-				return fmt.Errorf("remove merged run %d: %w", in.id, err)
-			}
-		}
-	}
+	// Published once recorded, as a flush does: a Mark's NextRun (the
+	// published next id) is then never above the registry's after a crash.
+	s.viewMu.Lock()
+	s.runs.Store(rs)
+	s.viewMu.Unlock()
+	s.dropGetReader()
 	return nil
 }
 

@@ -122,9 +122,7 @@ func sinceChunks(t *testing.T, s *Store, gen uint64, first, chunks int) map[part
 			t.Fatal(err)
 		}
 	}
-	// The worker runs flushes and their merges in order: a no-op queued
-	// behind them returns once they are done.
-	if err := s.w.do(func() error { return nil }); err != nil {
+	if err := s.settle(); err != nil {
 		t.Fatal(err)
 	}
 	return keys

@@ -47,6 +47,7 @@ type State struct {
 // must not race with any other call.
 type Store struct {
 	db    *pebble.DB
+	cache *pebble.Cache // Pebble's block cache (the DB holds a reference)
 	po    *pebble.Options
 	opts  Options
 	dir   string
@@ -61,9 +62,24 @@ type Store struct {
 	// barrier is the merge barrier (see Mark): no merge mixes runs made
 	// before it with runs made since.
 	barrier atomic.Uint64
-	// mergedKeys counts the keys merges wrote (worker only; benchmarks
-	// read it once the worker is idle).
+	// mergedKeys counts the keys merges wrote (merger only; benchmarks
+	// read it once the merger is idle).
 	mergedKeys uint64
+	// stallNanos is the time Commits and Expires spent waiting for the
+	// previous index's flush at a handover (BenchmarkMergePolicy's stall-ms).
+	stallNanos atomic.Int64
+
+	// regMu orders the changes of the run registry: run ids are handed out
+	// (nextRun) and every new registry is built from the published one,
+	// committed to Pebble and published under it, by the flusher and the
+	// merger alike, so neither records a registry that drops the other's
+	// runs.
+	regMu   sync.Mutex
+	nextRun uint64 // the id the next run gets (under regMu)
+	// hooks are nil outside the tests of the merger (merger_test.go),
+	// which hold a flush or a merge at the point where it has written its
+	// runs and is about to record them.
+	hooks struct{ flushWritten, mergeWritten func() }
 
 	closed atomic.Bool
 
@@ -86,10 +102,11 @@ type Store struct {
 	loading   atomic.Bool // Loads not yet all in runs
 	spill     loadSpills  // the spills of the load (loadspill.go)
 
-	w     *worker // runs every write-path Pebble call (see worker)
+	w     *worker // runs every write-path Pebble call but merges (see worker)
+	mg    merger  // runs the merges (see merger)
 	reads *worker // runs the read-path Pebble calls where needed (see readOnCaller)
 
-	durableFloor uint64 // the floor recorded in Pebble (flusher only)
+	durableFloor uint64 // the floor recorded in Pebble (the flusher's, under regMu)
 	// unreserve releases the index memory reserved in the block cache at
 	// Open (Options.indexReservation); Close calls it (under wmu).
 	unreserve func()
@@ -117,12 +134,14 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	fatal := newFatalState(opts.Logger)
 	w := startWorker(fatal)
+	mw := startWorker(fatal)
 	cache, release := opts.blockCache()
 	defer release() // each DB holds its own reference
 	po := opts.pebbleOptions(cache, fatal)
 	dbDir := opts.FS.PathJoin(dir, "db")
 	fail := func(err error) (*Store, error) {
 		_ = w.stop()
+		_ = mw.stop()
 		return nil, err
 	}
 	if opts.ReadOnly {
@@ -148,6 +167,7 @@ func Open(dir string, opts Options) (*Store, error) {
 	}
 	s := &Store{
 		db:      db,
+		cache:   cache,
 		po:      po,
 		opts:    opts,
 		dir:     dir,
@@ -156,6 +176,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		merge:   opts.merge.withDefaults(),
 		w:       w,
 	}
+	s.mg.w = mw
 	s.startReads()
 	// load runs on the worker: it reads the metadata, deletes orphaned runs
 	// with a synced batch and may hand the replayed logs to the flusher,
@@ -286,6 +307,7 @@ func (s *Store) load() (err error) {
 		}
 	}
 	s.runs.Store(rs)
+	s.nextRun = rs.next
 	// A Mark saved before this Open has a NextRun of at most rs.next: runs
 	// made from now on are not merged with older ones until the next Mark.
 	s.barrier.Store(rs.next)
@@ -402,8 +424,13 @@ func (s *Store) newLog() error {
 // one is flushed) with the current state and floor, and starts a new one
 // with a new log unless closing. Called under wmu, or during Open.
 func (s *Store) handOver(closing bool) error {
-	if err := s.awaitFlush(); err != nil {
-		return err
+	if s.job != nil {
+		t0 := time.Now()
+		err := s.awaitFlush()
+		s.stallNanos.Add(int64(time.Since(t0)))
+		if err != nil {
+			return err
+		}
 	}
 	if s.log != nil {
 		// Synced, so that a later Flush, which syncs only the new log,
@@ -713,19 +740,35 @@ func (s *Store) Close() error {
 			return ferr
 		}
 	}
-	// Queued behind the merges the last flush started.
 	if err := s.closeDB(); err != nil {
 		return errors.Join(ferr, err)
 	}
 	return ferr
 }
 
-// closeDB closes the Get reader, then Pebble on the worker, then ends the
+// closeDB closes the Get reader, ends the merger (a merge in progress is
+// abandoned: its inputs stay), then closes Pebble on the worker and ends the
 // worker and the read worker.
 func (s *Store) closeDB() error {
 	if err := s.closeGetReader(); err != nil {
 		return err
 	}
+	// Flushes queued on the worker kick the merger: let them finish first.
+	if err := s.w.do(func() error { return nil }); err != nil {
+		return err
+	}
+	if err := s.mg.stop(); err != nil {
+		return err
+	}
+	s.regMu.Lock()
+	if rs := s.runs.Load(); rs != nil {
+		for _, runs := range rs.gens {
+			for _, r := range runs {
+				r.filter.drop()
+			}
+		}
+	}
+	s.regMu.Unlock()
 	err := s.w.do(s.db.Close)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package statestore
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // worker is a goroutine the store owns for as long as it is open. Every
@@ -115,4 +116,51 @@ func (w *worker) stop() error {
 	case <-w.fatal.dead:
 		return w.fatal.get()
 	}
+}
+
+// merger runs the store's merges on a worker of their own. Flushes ran the
+// merges they made due on the store's worker before the next flush could
+// start, so a Commit that filled an index while a merge of eight leaves was
+// running (seconds at 100M keys) waited for the rest of it at the handover
+// (BenchmarkMergePolicy's stall-ms). Now a flush only kicks the merger, and the stage's
+// commits wait at most for the previous index's own flush: on two cores the
+// stage runs on one and the flusher and merger share the other.
+//
+// At most one merge runs at a time, and at most one pass of them is queued
+// behind it (pending), so the merger never holds more than one run's worth
+// of output sstables beyond the runs it merges. The two workers share the
+// store's fatal state: a Fatalf or panic on the merger parks it like the
+// worker, and whoever waits on it (Close, tests) gets the fatal error.
+type merger struct {
+	w       *worker
+	mu      sync.Mutex  // orders kick against stop
+	stopped bool        // under mu
+	pending atomic.Bool // a pass is queued and has not started yet
+	quit    atomic.Bool // a merge in progress gives up (set by stop)
+}
+
+// kick queues pass unless one is queued already or the merger stopped.
+func (m *merger) kick(pass func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped || !m.pending.CompareAndSwap(false, true) {
+		return
+	}
+	if !m.w.post(func() {
+		m.pending.Store(false)
+		pass()
+	}) {
+		m.pending.Store(false)
+	}
+}
+
+// stop makes a merge in progress give up (its output is removed, its
+// inputs stay: a later Open merges them again) and ends the merger, or
+// returns the fatal error. Calling it again only waits again.
+func (m *merger) stop() error {
+	m.mu.Lock()
+	m.stopped = true
+	m.mu.Unlock()
+	m.quit.Store(true)
+	return m.w.stop()
 }

@@ -1,0 +1,155 @@
+package statestore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/dedupstream/dedupstream/partition"
+)
+
+// fillIndexes commits n full indexes of fresh keys in generation gen and
+// returns the keys.
+func fillIndexes(t *testing.T, s *Store, gen uint64, first, n int) []partition.Hash {
+	t.Helper()
+	var keys []partition.Hash
+	for c := first; c < first+n; c++ {
+		b := s.NewBatch()
+		for j := range s.memKeys {
+			h := keyOf(uint64(5000+c), j)
+			b.Put(gen, h, 0)
+			keys = append(keys, h)
+		}
+		if _, err := s.Commit(b, State{Generation: gen}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
+}
+
+func mustFind(t *testing.T, s *Store, gen uint64, keys []partition.Hash, what string) {
+	t.Helper()
+	for i, h := range keys {
+		if _, found, err := s.Get(gen, h); err != nil || !found {
+			t.Fatalf("%s: key %d of generation %d: found %t, %v", what, i, gen, found, err)
+		}
+	}
+}
+
+// TestFlushNotBehindMerge: while a merge runs (here: the merger is held),
+// Commits that fill index after index go on; their flushes do not wait for
+// the merger. Before the merger, a flush's merges ran on the worker ahead
+// of the next flush, and the handover waited for them.
+func TestFlushNotBehindMerge(t *testing.T) {
+	s := mustOpen(t, "db", testOptions(vfs.NewMem()))
+	defer mustClose(t, s)
+	release := make(chan struct{})
+	s.mg.w.post(func() { <-release })
+	done := make(chan []partition.Hash)
+	go func() { done <- fillIndexes(t, s, 1, 0, 3*s.merge.fanout) }()
+	var keys []partition.Hash
+	select {
+	case keys = <-done:
+	case <-time.After(60 * time.Second):
+		close(release)
+		t.Fatal("commits of 3 x fanout indexes did not finish while the merger was busy")
+	}
+	close(release)
+	if err := s.settle(); err != nil {
+		t.Fatal(err)
+	}
+	mustFind(t, s, 1, keys, "after the merges")
+	if runs := len(s.runs.Load().of(1)); runs >= 3*s.merge.fanout {
+		t.Errorf("%d runs after the merger ran, want merged", runs)
+	}
+}
+
+// TestMergeBesideFlush: a merge records its run while a flush that began
+// before it is still writing; the flush's registry must keep the merged run
+// (and not the inputs the merge removed), in memory and after a reopen.
+func TestMergeBesideFlush(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := testOptions(fs)
+	s := mustOpen(t, "db", opts)
+	fan := s.merge.fanout
+	release := make(chan struct{})
+	s.mg.w.post(func() { <-release })
+	keys := fillIndexes(t, s, 1, 0, fan) // fan leaves: a merge is due, held
+	if err := s.settleFlushes(); err != nil {
+		t.Fatal(err)
+	}
+	inFlush, resume := make(chan struct{}), make(chan struct{})
+	s.hooks.flushWritten = func() {
+		s.hooks.flushWritten = nil
+		close(inFlush)
+		<-resume
+	}
+	keys = append(keys, fillIndexes(t, s, 1, fan, 1)...) // its flush stops at the hook
+	<-inFlush
+	close(release)
+	// The merge records its run while the flush is held.
+	deadline := time.Now().Add(60 * time.Second)
+	for len(s.runs.Load().of(1)) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("merge not recorded: %d runs", len(s.runs.Load().of(1)))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(resume)
+	if err := s.settle(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mustFind(t, s, 1, keys, "after the flush")
+	if err := s.settle(); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, s)
+	s = mustOpen(t, "db", opts)
+	defer mustClose(t, s)
+	mustFind(t, s, 1, keys, "after a reopen")
+}
+
+// TestMergeOfExpiredGeneration: a generation expires while a merge of its
+// runs is writing; the merged run must not be recorded (nor ingested):
+// the registry holds no run below the floor, in memory and after a reopen.
+func TestMergeOfExpiredGeneration(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := testOptions(fs)
+	s := mustOpen(t, "db", opts)
+	inMerge, resume := make(chan struct{}), make(chan struct{})
+	s.hooks.mergeWritten = func() {
+		s.hooks.mergeWritten = nil
+		close(inMerge)
+		<-resume
+	}
+	fillIndexes(t, s, 1, 0, s.merge.fanout)
+	<-inMerge
+	live := fillIndexes(t, s, 2, 100, 1)
+	if err := s.Expire(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.settleFlushes(); err != nil { // the floor is recorded
+		t.Fatal(err)
+	}
+	close(resume)
+	if err := s.settle(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(s *Store, what string) {
+		t.Helper()
+		for g, runs := range s.runs.Load().gens {
+			if g < 2 {
+				t.Errorf("%s: %d runs of expired generation %d in the registry", what, len(runs), g)
+			}
+		}
+		mustFind(t, s, 2, live, what)
+	}
+	check(s, "after the merge")
+	mustClose(t, s)
+	s = mustOpen(t, "db", opts)
+	defer mustClose(t, s)
+	check(s, "after a reopen")
+}
