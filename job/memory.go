@@ -12,12 +12,13 @@ import (
 
 // DefaultGCPercent is the Go garbage collector's target of a running job
 // (GOGC) unless the environment sets GOGC: the heap may grow to 1.5x what
-// is live after a collection instead of 2x. Most of a job's live heap is
-// the Bloom fronts and the indexes of recent keys, large arrays without
-// pointers that a collection does not scan, so collecting twice as often
-// costs little CPU; the runtime's headroom shrinks by a quarter of the
-// live heap (at 30M keys in one stage: RSS 831 MiB at GOGC=25 against
-// 1140 MiB at 100, docs/benchmarks.md "Memory").
+// is live after a collection instead of 2x. The largest arrays (Bloom
+// sub-filters of 2 MiB or more, the indexes of recent keys and their sort
+// buffers) live in mappings outside the Go heap, which the collector
+// neither scans nor counts toward GOGC; the small fronts it still holds
+// have no pointers, so collecting more often costs little CPU (measured
+// when the heap still held both, at 30M keys in one stage: RSS 831 MiB at
+// GOGC=25 against 1140 MiB at 100, docs/benchmarks.md "Memory").
 const DefaultGCPercent = 50
 
 // TuneGC sets the process's GC target to DefaultGCPercent unless GOGC is
