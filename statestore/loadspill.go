@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -297,35 +296,9 @@ func (s *Store) writeLoad(job *flushJob) error {
 			return fmt.Errorf("ingest loaded runs: %w", err)
 		}
 	}
-	// The registry from the published one, under regMu: the merger may
-	// have recorded a merge since this load began (see flushMem).
-	s.regMu.Lock()
-	defer s.regMu.Unlock()
-	rs := s.runs.Load().clone()
-	for _, r := range written {
-		rs.add(r)
+	if err := s.publishRuns(job, written, "record loaded runs", nil); err != nil {
+		return err
 	}
-	rs.expire(job.floor)
-	rs.next = s.nextRun
-	pb := s.db.NewBatch()
-	defer pb.Close()
-	if job.floor > s.durableFloor {
-		var fb [8]byte
-		binary.BigEndian.PutUint64(fb[:], job.floor)
-		_ = pb.DeleteRange(bucketsStart, genStart(job.floor), nil)
-		_ = pb.Set(metaFloorKey, fb[:], nil)
-	}
-	if job.state.Seq > 0 {
-		_ = pb.Set(metaStateKey, appendState(nil, job.state), nil)
-	}
-	_ = pb.Set(metaRunsKey, rs.encode(), nil)
-	if err := pb.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("record loaded runs: %w", err)
-	}
-	s.durableFloor = max(s.durableFloor, job.floor)
-	s.viewMu.Lock()
-	s.runs.Store(rs)
-	s.viewMu.Unlock()
 	s.dropGetReader()
 	for _, p := range paths {
 		_ = fs.Remove(p) // Pebble holds a link of its own

@@ -448,41 +448,13 @@ func (s *Store) flushMem(job *flushJob) error {
 	if s.hooks.flushWritten != nil {
 		s.hooks.flushWritten()
 	}
-	// The registry: the published one (a merge may have changed it since
-	// this flush began) with the new runs, below the floor none.
-	s.regMu.Lock()
-	rs := s.runs.Load().clone()
-	for _, r := range written {
-		rs.add(r)
+	if err := s.publishRuns(job, written, "record runs", func() {
+		if job.mem != nil && s.imm == job.mem {
+			s.imm = nil
+		}
+	}); err != nil {
+		return err
 	}
-	s.keepFilters(written...)
-	rs.expire(job.floor)
-	rs.next = s.nextRun
-	pb := s.db.NewBatch()
-	defer pb.Close()
-	if job.floor > s.durableFloor {
-		var fb [8]byte
-		binary.BigEndian.PutUint64(fb[:], job.floor)
-		_ = pb.DeleteRange(bucketsStart, genStart(job.floor), nil)
-		_ = pb.Set(metaFloorKey, fb[:], nil)
-	}
-	if job.state.Seq > 0 {
-		_ = pb.Set(metaStateKey, appendState(nil, job.state), nil)
-	}
-	_ = pb.Set(metaRunsKey, rs.encode(), nil)
-	// Synced: the commit log of job.mem is removed next.
-	if err := pb.Commit(pebble.Sync); err != nil {
-		s.regMu.Unlock()
-		return fmt.Errorf("record runs: %w", err)
-	}
-	s.durableFloor = max(s.durableFloor, job.floor)
-	s.viewMu.Lock()
-	s.runs.Store(rs)
-	if job.mem != nil && s.imm == job.mem {
-		s.imm = nil
-	}
-	s.viewMu.Unlock()
-	s.regMu.Unlock()
 	s.dropGetReader()
 	for _, p := range paths {
 		_ = s.opts.FS.Remove(p) // Pebble holds a link of its own
@@ -592,6 +564,48 @@ func (p mergePolicy) pickMerge(runs []run, baseKeys, barrier uint64) []run {
 			return w
 		}
 	}
+	return nil
+}
+
+// publishRuns records written, with job's floor and state, in a registry
+// built from the published one under regMu (the merger may have recorded a
+// merge since the flush or load began), syncs it and publishes it; atView
+// runs under viewMu as the new runs become visible. The runs' filters are
+// kept in memory.
+func (s *Store) publishRuns(job *flushJob, written []run, what string, atView func()) error {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	rs := s.runs.Load().clone()
+	for _, r := range written {
+		rs.add(r)
+	}
+	s.keepFilters(written...)
+	rs.expire(job.floor)
+	rs.next = s.nextRun
+	pb := s.db.NewBatch()
+	defer pb.Close()
+	if job.floor > s.durableFloor {
+		var fb [8]byte
+		binary.BigEndian.PutUint64(fb[:], job.floor)
+		_ = pb.DeleteRange(bucketsStart, genStart(job.floor), nil)
+		_ = pb.Set(metaFloorKey, fb[:], nil)
+	}
+	if job.state.Seq > 0 {
+		_ = pb.Set(metaStateKey, appendState(nil, job.state), nil)
+	}
+	_ = pb.Set(metaRunsKey, rs.encode(), nil)
+	// Synced: a flush removes the commit log of job.mem next, a load its
+	// spills.
+	if err := pb.Commit(pebble.Sync); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	s.durableFloor = max(s.durableFloor, job.floor)
+	s.viewMu.Lock()
+	s.runs.Store(rs)
+	if atView != nil {
+		atView()
+	}
+	s.viewMu.Unlock()
 	return nil
 }
 
