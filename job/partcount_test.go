@@ -61,6 +61,23 @@ func growWorkload(e *env, keys int) (w *jobtest.Workload, before, after []*kgo.R
 	return w, before, after
 }
 
+// growAndReplay grows the raw and output topics to 6 partitions, then
+// produces after to them to them; the producer
+// knows what it wrote (for waitReplays).
+func growAndReplay(t *testing.T, e *env, after []*kgo.Record) *jobtest.Producer {
+	t.Helper()
+	growTopics(t, e, 6, e.raw, e.out)
+	p6, err := jobtest.NewProducer(e.brokers, e.clientOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p6.Close)
+	if err := p6.Produce(e.ctx(30*time.Second), after); err != nil {
+		t.Fatal(err)
+	}
+	return p6
+}
+
 // waitReplays waits until the job committed everything p6 produced to the
 // raw topic's 6 partitions.
 func waitReplays(t *testing.T, e *env, p6 *jobtest.Producer) {
@@ -112,15 +129,7 @@ func TestPartitionCountChange(t *testing.T) {
 	e.waitCommitted(r1, 1, 60*time.Second)
 	e.stop(r1)
 
-	growTopics(t, e, 6, e.raw, e.out)
-	p6, err := jobtest.NewProducer(e.brokers, e.clientOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p6.Close()
-	if err := p6.Produce(e.ctx(30*time.Second), after); err != nil {
-		t.Fatal(err)
-	}
+	p6 := growAndReplay(t, e, after)
 	cfg6 := e.config("0, 1, 2, 3, 4, 5")
 	refused := func(what string) {
 		t.Helper()
@@ -139,6 +148,7 @@ func TestPartitionCountChange(t *testing.T) {
 	cfgOther.Job.ID += "-other"
 	cfgOther.State.Dir = cfg6.State.Dir
 	var ms job.MigrateStats
+	var err error
 	r := e.start(cfgOther)
 	if err := r.wait(t, 60*time.Second); !errors.Is(err, job.ErrPartitionCount) || !strings.Contains(err.Error(), cfg6.State.Dir) {
 		t.Fatalf("store built for 4 partitions: want ErrPartitionCount naming the state directory, got %v", err)
@@ -202,21 +212,13 @@ func TestPartitionCountChangeAfterOffsetsExpire(t *testing.T) {
 	e.waitCommitted(r1, 1, 60*time.Second)
 	e.stop(r1)
 
-	growTopics(t, e, 6, e.raw, e.out)
-	p6, err := jobtest.NewProducer(e.brokers, e.clientOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p6.Close()
-	if err := p6.Produce(e.ctx(30*time.Second), after); err != nil {
-		t.Fatal(err)
-	}
+	p6 := growAndReplay(t, e, after)
 	deleteGroup(t, e, e.jobID)
 	cfg6 := e.config("0, 1, 2, 3, 4, 5")
 	cfg6.State.Dir = t.TempDir() // a new instance's empty disk
 
 	r := e.start(cfg6)
-	err = r.wait(t, 60*time.Second)
+	err := r.wait(t, 60*time.Second)
 	if !errors.Is(err, job.ErrPartitionCount) || !strings.Contains(err.Error(), job.PartitionsTopic(e.jobID)) || !strings.Contains(err.Error(), "dedupstream migrate") {
 		t.Fatalf("want ErrPartitionCount naming the partitions topic and dedupstream migrate, got %v", err)
 	}
