@@ -15,11 +15,11 @@ import (
 // BenchmarkSortLoaded sorts one load buffer's worth of keys (1.4M, the
 // default 64 MiB index, one generation, arriving in 10k-key Loads):
 //
-//   - "chunks": the load's way, each 128k-key chunk sorted as it fills
-//     (add, on the loading goroutine) and the chunks merged (sortLoaded, on
+//   - "radix": the load's way, the keys appended as they come (add, on the
+//     loading goroutine) and the whole buffer radix-sorted (sortLoaded, on
 //     the flusher): add-ns/key and merge-ns/key split the two;
-//   - "whole": the previous way, one sortMem of the whole buffer (copied
-//     out first, as the old sortLoaded did).
+//   - "whole": a comparison-free sortMem of the whole buffer (copied out
+//     first), the flusher's sort of an index.
 func BenchmarkSortLoaded(b *testing.B) {
 	const n, batch = 1_400_000, 10_000
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -27,7 +27,7 @@ func BenchmarkSortLoaded(b *testing.B) {
 	for i := range es {
 		es[i] = entry{gen: 7, h: partition.Hash{Hi: rng.Uint64(), Lo: rng.Uint64()}, version: uint64(i)}
 	}
-	b.Run("chunks", func(b *testing.B) {
+	b.Run("radix", func(b *testing.B) {
 		lb := &loadBuffer{}
 		var add, merge int64
 		for b.Loop() {
