@@ -120,16 +120,14 @@ func (s *Stage) RestoreKeyed(b *Restored, checkpoint []byte) error {
 			s.tick(s.cfg.ClockTime(ts, wall))
 		}
 	}
-	// A bulk load: the keys go straight into the store's batch (the last
-	// Put of a key wins, as the output's newest version must) and the Bloom
-	// front (AddAll: the misses of several keys overlap), without the cycle's collapse map, which a restore never reads;
-	// the store sorts them into runs (statestore.Store.Load) and makes them
-	// visible before any later read.
+	// A bulk load: the keys go straight into the store's load buffer (the
+	// last of a key wins, as the output's newest version must) and the
+	// Bloom front (AddAll: the misses of several keys overlap), without
+	// the cycle's collapse map or batch, which a restore never reads; the
+	// store sorts them into runs (statestore.Store.LoadHashes) and makes
+	// them visible before any later read.
 	s.filter.AddAll(b.hs)
-	for i, h := range b.hs {
-		s.batch.Put(s.cur, h, b.versions[i])
-	}
-	if _, err := s.store.Load(s.batch, statestore.State{Generation: s.cur, Checkpoint: checkpoint}); err != nil {
+	if _, err := s.store.LoadHashes(s.cur, b.hs, b.versions, statestore.State{Generation: s.cur, Checkpoint: checkpoint}); err != nil {
 		s.err = fmt.Errorf("pipeline: restore: %w", err)
 		return s.err
 	}

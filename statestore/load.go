@@ -28,9 +28,27 @@ func (s *Store) Load(b *Batch, st State) (State, error) {
 	if b.s != s {
 		return State{}, fmt.Errorf("statestore: load: batch belongs to another store")
 	}
+	defer b.Reset()
+	return s.loadKeys(len(b.entries), b.minGen, st, func(lb *loadBuffer) { lb.add(b.entries) })
+}
+
+// LoadHashes is Load for keys of one generation, gen: hs in order, with
+// versions (nil: all 0; ignored outside version mode, as Batch.Put
+// ignores them), the last of equal hashes winning. It spares the restore
+// a Batch: each key is copied once, into the load buffer.
+func (s *Store) LoadHashes(gen uint64, hs []partition.Hash, versions []uint64, st State) (State, error) {
+	if versions != nil && len(versions) != len(hs) {
+		return State{}, fmt.Errorf("statestore: load: %d versions for %d hashes", len(versions), len(hs))
+	}
+	vm := s.opts.VersionMode
+	return s.loadKeys(len(hs), gen, st, func(lb *loadBuffer) { lb.addHashes(gen, hs, versions, vm) })
+}
+
+// loadKeys is Load and LoadHashes: n keys, of generations minGen and above,
+// appended to the load buffer by add.
+func (s *Store) loadKeys(n int, minGen uint64, st State, add func(*loadBuffer)) (State, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	defer b.Reset()
 	if err := s.usable(); err != nil {
 		return State{}, err
 	}
@@ -38,8 +56,8 @@ func (s *Store) Load(b *Batch, st State) (State, error) {
 		return State{}, errReadOnly
 	}
 	floor := s.floorGen()
-	if len(b.entries) > 0 && b.minGen < floor {
-		return State{}, fmt.Errorf("statestore: load: %w: generation %d is below the floor %d", ErrExpiredGeneration, b.minGen, floor)
+	if n > 0 && minGen < floor {
+		return State{}, fmt.Errorf("statestore: load: %w: generation %d is below the floor %d", ErrExpiredGeneration, minGen, floor)
 	}
 	if !s.loading.Load() && s.active.len() > 0 {
 		// The index's commits are older than the Loads: their run (and
@@ -58,7 +76,7 @@ func (s *Store) Load(b *Batch, st State) (State, error) {
 		}
 		s.loadBuf.reset()
 	}
-	s.loadBuf.add(b.entries)
+	add(s.loadBuf)
 	s.mu.Lock()
 	s.state.Seq, s.state.Generation = st.Seq, st.Generation
 	s.state.Checkpoint = append(s.state.Checkpoint[:0], st.Checkpoint...)
@@ -215,6 +233,31 @@ func (lb *loadBuffer) add(es []entry) {
 			lb.n++
 		}
 		es = es[n:]
+	}
+}
+
+// addHashes appends hs, keys of gen, with versions (nil: all 0; ignored
+// unless vm) in order.
+func (lb *loadBuffer) addHashes(gen uint64, hs []partition.Hash, versions []uint64, vm bool) {
+	if !vm {
+		versions = nil
+	}
+	for len(hs) > 0 {
+		c := lb.tail()
+		n := min(len(hs), loadChunkKeys-len(*c))
+		lb.noteGen(gen)
+		if versions == nil {
+			for _, h := range hs[:n] {
+				*c = append(*c, memEntry{gen: gen, h: h})
+			}
+		} else {
+			for i, h := range hs[:n] {
+				*c = append(*c, memEntry{gen: gen, h: h, version: versions[i]})
+			}
+			versions = versions[n:]
+		}
+		lb.n += n
+		hs = hs[n:]
 	}
 }
 

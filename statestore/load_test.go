@@ -267,3 +267,74 @@ func BenchmarkLoadWrite(b *testing.B) {
 		})
 	}
 }
+
+// TestLoadHashesMatchesLoad: LoadHashes leaves a store exactly as Load of
+// the same keys in Batches does, in version mode (versions kept, the last
+// load of a key winning, nil versions loading 0) and with Loads of several
+// generations into one buffer, spilled and not.
+func TestLoadHashesMatchesLoad(t *testing.T) {
+	opts := testOptions(vfs.NewMem())
+	opts.VersionMode = true
+	opts.MemTableSize = 64 << 10 // ~1k keys a buffer: spills
+	viaBatch, viaHashes := mustOpen(t, "batch", opts), mustOpen(t, "hashes", opts)
+	defer mustClose(t, viaBatch)
+	defer mustClose(t, viaHashes)
+	b := viaBatch.NewBatch()
+	rng := rand.New(rand.NewPCG(5, 6))
+	for r := range 60 {
+		gen := uint64(3 + rng.IntN(3))
+		hs := make([]partition.Hash, 1+rng.IntN(300))
+		vs := make([]uint64, len(hs))
+		for i := range hs {
+			hs[i] = keyOf(uint64(rng.IntN(4000)), 0) // repeats across Loads
+			vs[i] = uint64(r*1000 + i + 1)
+		}
+		if r%7 == 0 {
+			vs = nil // no versions: all 0
+		}
+		for i, h := range hs {
+			var v uint64
+			if vs != nil {
+				v = vs[i]
+			}
+			b.Put(gen, h, v)
+		}
+		st := State{Generation: 5, Checkpoint: checkpointOf(uint64(r))}
+		if _, err := viaBatch.Load(b, st); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := viaHashes.LoadHashes(gen, hs, vs, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := viaHashes.LoadHashes(5, make([]partition.Hash, 2), []uint64{1}, State{}); err == nil {
+		t.Fatal("LoadHashes took 1 version for 2 hashes")
+	}
+	if viaHashes.spill.seq == 0 {
+		t.Fatal("no spill written: the test does not cover spilled buffers")
+	}
+	scan := func(s *Store) map[[2]uint64]uint64 {
+		got := map[[2]uint64]uint64{}
+		for gen := uint64(3); gen <= 5; gen++ {
+			if err := s.ScanGeneration(gen, func(h partition.Hash, v uint64) error {
+				got[[2]uint64{gen, h.Hi}] = v
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return got
+	}
+	want, got := scan(viaBatch), scan(viaHashes)
+	if len(want) < 1000 {
+		t.Fatalf("only %d keys loaded: the test loads too few", len(want))
+	}
+	if len(got) != len(want) {
+		t.Fatalf("LoadHashes left %d keys, Load %d", len(got), len(want))
+	}
+	for k, v := range want {
+		if gv, ok := got[k]; !ok || gv != v {
+			t.Fatalf("gen %d key %x: LoadHashes left version %d (found %t), Load %d", k[0], k[1], gv, ok, v)
+		}
+	}
+}
