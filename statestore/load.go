@@ -181,11 +181,10 @@ type loadBuffer struct {
 	gen    uint64       // the generation of every key held, unless mixed
 	mixed  bool         // the keys held are of several generations
 
-	sorted  []memEntry // sortLoaded's output
-	scratch []memEntry // sortLoaded's bucket sorts
-	counts  []uint32   // sortLoaded's buckets
-	sub     []uint32   // sortLoaded's sub-buckets
-	gens    []loadGen  // sortLoaded's generations
+	sorted []memEntry   // sortLoaded's output
+	counts []uint32     // sortLoaded's buckets
+	gens   []loadGen    // sortLoaded's generations
+	radix  radixScratch // sortLoaded's bucket sorts
 }
 
 func (lb *loadBuffer) reset() {
@@ -404,43 +403,59 @@ func findGen(gens []loadGen, gi int, gen uint64) ([]loadGen, int) {
 // Hi are equal, stably, and writes the last of each run of equal keys to
 // out[w:], returning the new w (w <= lo).
 func (lb *loadBuffer) sortBucket(out []memEntry, lo, hi, w int, b uint) int {
-	n := hi - lo
+	return w + lb.radix.sortKeepLast(out[lo:hi], out[w:], b)
+}
+
+// radixScratch is the scratch of sortKeepLast.
+type radixScratch struct {
+	tmp []memEntry
+	sub []uint32
+}
+
+// sortKeepLast sorts in, keys of one generation whose top b bits of Hi are
+// equal, by hash, stably, and writes the last of each run of equal keys
+// to out, returning how many. out may be in, or start before it.
+//
+// The keys are scattered by the next bits of Hi into sub-buckets of about
+// four keys, in order, and each sub-bucket is sorted on its own.
+func (r *radixScratch) sortKeepLast(in, out []memEntry, b uint) int {
+	n := len(in)
 	if n == 0 {
-		return w
+		return 0
 	}
-	if cap(lb.scratch) < n {
-		lb.scratch = make([]memEntry, n+n/4)
+	if cap(r.tmp) < n {
+		r.tmp = make([]memEntry, n+n/4)
 	}
-	tmp := lb.scratch[:n]
-	// Sub-buckets of about four keys by the next bits of Hi, each sorted on
-	// its own (sub[d] ends up at the end of sub-bucket d).
+	tmp := r.tmp[:n]
 	s := uint(max(0, bits.Len(uint(n))-2))
 	if s > 0 && b+s <= 64 {
-		if cap(lb.sub) < 1<<s+1 {
-			lb.sub = make([]uint32, 1<<s+1)
+		if cap(r.sub) < 1<<s+1 {
+			r.sub = make([]uint32, 1<<s+1)
 		}
-		sub := lb.sub[:1<<s+1]
+		sub := r.sub[:1<<s+1]
 		clear(sub)
-		for i := lo; i < hi; i++ {
-			sub[1+(out[i].h.Hi<<b)>>(64-s)]++
+		for i := range in {
+			sub[1+(in[i].h.Hi<<b)>>(64-s)]++
 		}
 		for i := 1; i < len(sub); i++ {
 			sub[i] += sub[i-1]
 		}
-		for i := lo; i < hi; i++ {
-			d := (out[i].h.Hi << b) >> (64 - s)
-			tmp[sub[d]] = out[i]
+		for i := range in {
+			d := (in[i].h.Hi << b) >> (64 - s)
+			tmp[sub[d]] = in[i]
 			sub[d]++
 		}
+		// sub[d] is now the end of sub-bucket d.
 		start := 0
 		for _, end := range sub[:1<<s] {
 			sortSmall(tmp[start:end])
 			start = int(end)
 		}
 	} else {
-		copy(tmp, out[lo:hi])
+		copy(tmp, in)
 		sortSmall(tmp)
 	}
+	w := 0
 	for i := range tmp {
 		if i+1 < n && tmp[i+1].h == tmp[i].h {
 			continue // a later Load of the same key follows
