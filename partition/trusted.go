@@ -1,6 +1,10 @@
 package partition
 
-import "strings"
+import (
+	"bytes"
+	"strings"
+	"unsafe"
+)
 
 // This file is the restore's fast path: reading the key back from records
 // of the output topic, which a stage keyed (and so validated) once already.
@@ -71,6 +75,12 @@ func lookupTopLevel(data []byte, name string) (found jsonValue, ok bool) {
 		}
 		if match {
 			found = classify(data[start:i])
+			if noLaterMember(data[i:], name) {
+				// On a valid text nothing after this can change the
+				// result: the rest is not scanned (most of a flat record,
+				// whose key is usually its first member).
+				return found, true
+			}
 		}
 		i = skipSpace(data, i)
 		if i >= len(data) {
@@ -148,5 +158,29 @@ func scanValue(data []byte, i int) (int, bool) {
 			i++
 		}
 		return i, false
+	}
+}
+
+// noLaterMember reports whether rest, the text after a member's value,
+// cannot hold another member named name, on a valid text: it holds no
+// backslash, so any member name in it is written as is, and name never
+// appears in it between quotes. Two vectorised searches instead of the
+// scan of every byte; when in doubt (a backslash, the name quoted in a
+// nested object or a string), false, and the caller scans on.
+func noLaterMember(rest []byte, name string) bool {
+	if len(name) == 0 || bytes.IndexByte(rest, '\\') >= 0 {
+		return false
+	}
+	// The name's bytes, read only (no copy per record).
+	nb := unsafe.Slice(unsafe.StringData(name), len(name))
+	for {
+		k := bytes.Index(rest, nb)
+		if k < 0 {
+			return true
+		}
+		if k > 0 && rest[k-1] == '"' && k+len(nb) < len(rest) && rest[k+len(nb)] == '"' {
+			return false
+		}
+		rest = rest[k+1:]
 	}
 }

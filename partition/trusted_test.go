@@ -31,6 +31,11 @@ var trustedCases = []string{
 	`{"\u0061":"x"}`, `{"a\\":"x","a":"y"}`, `{"a":"\u00e9\n\"q\""}`, `{"a":"x\\"}`, `{}`, `{ }`, `[]`, `"a"`, `1`,
 	`{"a":"x"} x`, `{"a":"x"`, `{"a":}`, `{"a" "x"}`, `{"a":"x",}`, `{"a":tru}`, `{"a":01}`, `{"a":"\q"}`,
 	"{\"a\":\"\x01\"}", `{"a":"x"}}`, `{"a":[}`, `{"b":[1,2,"a"],"a":"x"}`, "{\"a\":\"\xff\"}",
+	// After the member, the rest is searched, not scanned (noLaterMember):
+	// a later member written with an escape, the name quoted in a nested
+	// object or a value, the name unquoted.
+	`{"a":"x","\u0061":"y"}`, `{"a":"x","b":{"a":"y"}}`, `{"a":"x","b":"a","c":1}`, `{"a":"x","ab":"a"}`,
+	`{"a":"x","b":["a"],"a":"z"}`, `{"a":1,"b":"\"a\""}`,
 }
 
 func TestExtractTrusted(t *testing.T) {
