@@ -176,11 +176,17 @@
 //
 // # Bulk loads
 //
-// A restore from the output topic records its keys with Load: no commit
-// log and no hash index, only a buffer sorted in chunks as it fills. Each
-// full buffer (MemTableSize worth of keys) is sorted and spilled to a plain
-// file in dir/ingest (16 bytes per key, 24 in version mode); when the load
-// ends, one k-way merge of the spills writes each generation as one run,
+// A restore from the output topic records its keys with Load (or
+// LoadHashes, which takes the keys of one generation as slices): no commit
+// log and no hash index, only a buffer the keys are appended to in arrival
+// order. Each full buffer (MemTableSize worth of keys) is radix-sorted
+// whole by the flusher (a counting pass and a scatter by the top bits of
+// the hash into buckets of 4-8k keys, then each bucket by its next bits
+// into sub-buckets of ~4 and an insertion sort; stable, so the last load
+// of a key wins; half the CPU of sorting 128k-key chunks as they filled
+// and merging them with a heap) and spilled to a plain file in dir/ingest
+// (16 bytes per key, 24 in version mode); when the load ends, one k-way
+// merge of the spills writes each generation as one run,
 // its two hash halves as two sstables written on two goroutines, recorded
 // with the load's last state in one synced batch. A key is thus written
 // into an sstable once. Writing every buffer as a run and letting the
