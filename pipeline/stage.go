@@ -65,7 +65,10 @@ type Stage struct {
 	fresh  bool
 	cands  []uint64
 	probe  batchProbe
-	err    error // sticky: a failed store stops the stage
+	// cycleGets counts collapse-set lookups (tests: the probe's masks spare
+	// most records one).
+	cycleGets uint64
+	err       error // sticky: a failed store stops the stage
 
 	restoreKeyer *RestoreKeyer // Restore's, made on first use
 	restored     Restored
@@ -78,12 +81,47 @@ type Stage struct {
 // overlap the cache misses of consecutive records, where probing inside
 // each decision waited for one record's misses at a time. Keys the batch itself emits are not in the
 // masks; the collapse set answers for those.
+//
+// The masks also spare most records the collapse set: every key the open
+// cycle emitted before the chunk's masks were taken is in the Bloom front
+// (emit adds it), so a record whose mask is empty and whose key the chunk
+// has not emitted since (emitted, a set of hash bits that may hold false
+// positives, never false negatives) cannot be in the collapse set, unless
+// in a generation the window dropped, which the collapse set ignores too.
 type batchProbe struct {
 	hs       []partition.Hash
 	versions []uint64
 	reasons  []string
 	masks    []uint64
 	cur      uint64 // the filter's newest generation when the masks were taken
+	emitted  [emittedWords]uint64
+}
+
+// emittedWords sizes batchProbe.emitted: 4096 bits for at most probeChunk
+// keys emitted per chunk, so a new key meets a set bit (and looks in the
+// collapse set for nothing) about 6 % of the time at worst.
+const emittedWords = 64
+
+// emittedBit returns the word and bit of h in batchProbe.emitted.
+func emittedBit(h partition.Hash) (int, uint64) {
+	b := uint32(h.Lo) % (emittedWords * 64)
+	return int(b / 64), 1 << (b % 64)
+}
+
+// noteEmitted records that the chunk emitted h.
+func (p *batchProbe) noteEmitted(h partition.Hash) {
+	w, b := emittedBit(h)
+	p.emitted[w] |= b
+}
+
+// inCycle reports whether record i's key may be in the collapse set: its
+// mask names a generation, or the chunk may have emitted it.
+func (p *batchProbe) inCycle(i int) bool {
+	if p.masks[i] != 0 {
+		return true
+	}
+	w, b := emittedBit(p.hs[i])
+	return p.emitted[w]&b != 0
 }
 
 // probeChunk is how many records Process probes ahead of deciding them:
@@ -114,6 +152,7 @@ func (p *batchProbe) prepare(s *Stage, in []Record) {
 	p.cur = s.filter.Current()
 	// Dead-lettered records probe a zero hash; their masks are not read.
 	s.filter.MaskAll(p.hs, p.masks)
+	clear(p.emitted[:])
 }
 
 // Open opens (or creates) the stage state in dir and makes the Bloom front
@@ -368,13 +407,17 @@ func (s *Stage) decide(i int, oldest uint64, c *Counts) (Decision, error) {
 	}
 	h, version := p.hs[i], p.versions[i]
 
-	// Collapse: a key emitted in the open cycle needs no lookup.
-	if p := s.cycle.get(h); p != nil && p.gen >= oldest {
-		if !s.newer(version, p.version) {
-			c.DroppedBatch++
-			return Decision{Verdict: DropBatch}, nil
+	// Collapse: a key emitted in the open cycle needs no lookup. Only a
+	// key the Bloom front or the chunk's emits name can be one.
+	if p.inCycle(i) {
+		s.cycleGets++
+		if p := s.cycle.get(h); p != nil && p.gen >= oldest {
+			if !s.newer(version, p.version) {
+				c.DroppedBatch++
+				return Decision{Verdict: DropBatch}, nil
+			}
+			return s.emit(h, version, c), nil
 		}
-		return s.emit(h, version, c), nil
 	}
 
 	// Bloom front (probed for the whole batch before), then exact
@@ -422,6 +465,7 @@ func (s *Stage) newer(v, old uint64) bool {
 func (s *Stage) emit(h partition.Hash, version uint64, c *Counts) Decision {
 	s.cycle.set(h, pending{gen: s.cur, version: version})
 	s.filter.Add(h)
+	s.probe.noteEmitted(h)
 	c.Emitted++
 	return Decision{Verdict: Emit}
 }

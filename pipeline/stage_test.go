@@ -167,3 +167,84 @@ func TestWindowHoldsAcrossWideBatches(t *testing.T) {
 		t.Errorf("K 2.5 windows after its first record: %v, want %v (a new window)", last.Verdict, Emit)
 	}
 }
+
+// TestCycleRepeatsAtEveryDistance: a key repeated inside the open cycle is
+// dropped as DropBatch whether the repeat falls in the same probe chunk as
+// its first record, in a later chunk of the batch, or in a later batch of
+// the cycle, in record and in ingest time, also across a generation
+// rotation inside the chunk; and the collapse set is asked only for the
+// records the Bloom front or the chunk's own emits name, not for every
+// new key.
+func TestCycleRepeatsAtEveryDistance(t *testing.T) {
+	for _, base := range []TimeBase{RecordTime, ProcessingTime} {
+		t.Run(base.String(), func(t *testing.T) {
+			now := time.UnixMilli(1_700_000_000_000)
+			const windowMs = 400_000
+			s := openTestStage(t, Config{
+				Key:          []partition.Field{{Source: partition.SourceJSON, Name: "id"}},
+				Window:       windowMs * time.Millisecond,
+				Generations:  4,
+				TimeBase:     base,
+				ExpectedKeys: 1_000_000,
+			}, func() time.Time { return now })
+			at := now.UnixMilli()
+			rec := func(id string) Record {
+				at++
+				return Record{Record: partition.Record{Value: fmt.Appendf(nil, `{"id":%q}`, id)}, TimestampMs: at}
+			}
+			const n = 3 * probeChunk
+			var batch []Record
+			wantDrop := map[int]bool{}
+			for i := range n {
+				switch {
+				case i%probeChunk == 5: // 3 records after its first, same chunk
+					batch = append(batch, rec(fmt.Sprintf("new%d", i-3)))
+					wantDrop[i] = true
+				case i >= probeChunk && i%probeChunk == 9: // a key of the previous chunk
+					batch = append(batch, rec(fmt.Sprintf("new%d", i-probeChunk+1)))
+					wantDrop[i] = true
+				case i == probeChunk+100 || i == probeChunk+120:
+					// On record time the next generation starts inside the
+					// chunk, between a key's first record and its repeat:
+					// the repeat meets the first in an older generation.
+					if i == probeChunk+100 {
+						at += windowMs / 3
+					}
+					batch = append(batch, rec(fmt.Sprintf("new%d", probeChunk+50)))
+					wantDrop[i] = true
+				default:
+					batch = append(batch, rec(fmt.Sprintf("new%d", i)))
+				}
+			}
+			g0 := s.Generation()
+			out, c, err := s.Process(batch, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if base == RecordTime && s.Generation() == g0 {
+				t.Fatal("the window did not rotate inside the batch: the test must cover a rotation")
+			}
+			for i, d := range out {
+				if want := map[bool]Verdict{true: DropBatch, false: Emit}[wantDrop[i]]; d.Verdict != want {
+					t.Fatalf("record %d (%s): %v, want %v", i, batch[i].Value, d.Verdict, want)
+				}
+			}
+			if s.cycleGets > uint64(len(wantDrop))+n/4 {
+				t.Errorf("%d collapse-set lookups for %d records of which %d repeat the cycle: the masks should spare the new keys", s.cycleGets, n, len(wantDrop))
+			}
+			// A later batch of the same cycle repeats the first batch's
+			// keys: all in the Bloom front now.
+			again := []Record{rec("new0"), rec("new300"), rec("brand-new")}
+			out, _, err = s.Process(again, out[:0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out[0].Verdict != DropBatch || out[1].Verdict != DropBatch || out[2].Verdict != Emit {
+				t.Fatalf("second batch of the cycle: %+v, want DropBatch, DropBatch, Emit", out)
+			}
+			if c.DroppedBatch != uint64(len(wantDrop)) {
+				t.Errorf("DroppedBatch %d, want %d", c.DroppedBatch, len(wantDrop))
+			}
+		})
+	}
+}
