@@ -29,6 +29,10 @@ type Filter struct {
 	head  int    // slots[head] holds cur, slots[head-i mod G] holds cur-i
 	slots []slot
 	grown uint64 // bit i set: slots[i] has more than one sub-filter
+	// live holds the first sub-filters' bitsets of the live generations,
+	// newest first (live[i] is generation cur-i's): the probe loops walk it
+	// instead of the ring of slots. setCurrent and ReadFrom rebuild it.
+	live [][]uint64
 	tag   uint64
 	mark  uint64
 	mem   *arena // the bitsets mapped outside the Go heap
@@ -73,6 +77,7 @@ func newFilter(cfg Config, gen uint64) *Filter {
 		nblocks: first.m / blockBits,
 		full0:   first.full,
 		slots:   make([]slot, cfg.Generations),
+		live:    make([][]uint64, 0, cfg.Generations),
 		mem:     &arena{},
 	}
 	runtime.AddCleanup(f, (*arena).release, f.mem)
@@ -97,6 +102,17 @@ func (f *Filter) setCurrent(gen uint64) {
 	f.nlive = f.cfg.Generations
 	if gen < uint64(f.cfg.Generations-1) {
 		f.nlive = int(gen) + 1
+	}
+	f.relink()
+}
+
+// relink rebuilds f.live from the slots.
+func (f *Filter) relink() {
+	f.live = f.live[:0]
+	idx := f.head
+	for range f.nlive {
+		f.live = append(f.live, f.slots[idx].words)
+		idx = f.prev(idx)
 	}
 }
 

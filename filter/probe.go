@@ -3,7 +3,6 @@ package filter
 import (
 	"math/bits"
 	"runtime"
-	"unsafe"
 
 	"github.com/dedupstream/dedupstream/partition"
 )
@@ -81,12 +80,10 @@ func (f *Filter) match(h partition.Hash, any bool) uint64 {
 	p := makePattern(h, f.k)
 	off := blockAt(h, f.nblocks)
 	var mask uint64
-	idx := f.head
-	for i := range f.nlive {
-		if covers((*[blockWords]uint64)(f.slots[idx].words[off:]), &p) {
+	for i, words := range f.live {
+		if covers((*[blockWords]uint64)(words[off:]), &p) {
 			mask |= 1 << i
 		}
-		idx = f.prev(idx)
 	}
 	if f.grown == 0 || (any && mask != 0) {
 		return mask
@@ -146,12 +143,8 @@ func (f *Filter) MaskAll(hs []partition.Hash, masks []uint64) {
 }
 
 // prefetchBlocks prefetches h's block in the first sub-filter of every
-// live generation.
+// live generation: one call for all of them (prefetchAt), not one per
+// generation.
 func (f *Filter) prefetchBlocks(h partition.Hash) {
-	off := blockAt(h, f.nblocks)
-	idx := f.head
-	for range f.nlive {
-		prefetch(uintptr(unsafe.Pointer(&f.slots[idx].words[off])))
-		idx = f.prev(idx)
-	}
+	prefetchAt(f.live, blockAt(h, f.nblocks))
 }

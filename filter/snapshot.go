@@ -158,6 +158,7 @@ func ReadFrom(r io.Reader, cfg Config) (*Filter, error) {
 		}
 		idx = f.prev(idx)
 	}
+	f.relink() // readSlot may have replaced a bitset
 
 	computed := cr.crc
 	var trailer [4]byte
