@@ -147,6 +147,7 @@ func (p *batchProbe) prepare(s *Stage, in []Record) {
 		p.hs[i] = partition.Hash{}
 		if reason == "" {
 			p.hs[i] = partition.HashKey(key)
+			s.cycle.prefetchSlot(p.hs[i])
 		}
 	}
 	p.cur = s.filter.Current()
