@@ -20,8 +20,9 @@ func openTestStage(t *testing.T, cfg Config, clock func() time.Time) *Stage {
 }
 
 // TestProcessSteadyStateAllocatesNothing: once maps and buffers have grown,
-// deciding a batch (new keys, in-batch repeats, history repeats, DLQ) and
-// committing it allocates nothing per record.
+// deciding a batch (new keys, in-batch repeats in one probe chunk and
+// across chunks, history repeats, DLQ) and committing it allocates nothing
+// per record.
 func TestProcessSteadyStateAllocatesNothing(t *testing.T) {
 	now := time.UnixMilli(1_700_000_000_000)
 	s := openTestStage(t, Config{Key: []partition.Field{{Source: partition.SourceJSON, Name: "id"}}}, func() time.Time { return now })
@@ -35,6 +36,8 @@ func TestProcessSteadyStateAllocatesNothing(t *testing.T) {
 				in[i].Value = fmt.Appendf(in[i].Value[:0], `{"id":"k%d"}`, next-n+i/2)
 			case i%10 == 1: // a repeat inside the batch
 				in[i].Value = append(in[i].Value[:0], in[i-1].Value...)
+			case i%10 == 2 && i >= probeChunk: // a repeat of the previous probe chunk
+				in[i].Value = append(in[i].Value[:0], in[i-probeChunk+1].Value...)
 			case i%97 == 0:
 				in[i].Value = append(in[i].Value[:0], `{"id":`...)
 			default:
@@ -72,7 +75,7 @@ func TestProcessSteadyStateAllocatesNothing(t *testing.T) {
 	// few objects per batch. Nothing else may allocate per record.
 	dlq := 0
 	for i := range in {
-		if i%97 == 0 && i%10 > 1 {
+		if i%97 == 0 && i%10 > 1 && (i%10 != 2 || i < probeChunk) {
 			dlq++
 		}
 	}
