@@ -33,9 +33,9 @@ type Filter struct {
 	// newest first (live[i] is generation cur-i's): the probe loops walk it
 	// instead of the ring of slots. setCurrent and ReadFrom rebuild it.
 	live [][]uint64
-	tag   uint64
-	mark  uint64
-	mem   *arena // the bitsets mapped outside the Go heap
+	tag  uint64
+	mark uint64
+	mem  *arena // the bitsets mapped outside the Go heap
 }
 
 // slot is one generation: its first sub-filter, which every generation has
