@@ -473,3 +473,56 @@ func recordsFromBytes(data []byte, ts int64) []Record {
 	}
 	return recs
 }
+
+// TestEncodeBatchSizedOnce: batchSize's bound holds every uncompressed
+// batch it sizes (records with and without keys, values and headers, large
+// and small), so encodeBatch fills a fresh buffer with one allocation and
+// never grows it; a buffer with room is reused without any.
+func TestEncodeBatchSizedOnce(t *testing.T) {
+	var recs []Record
+	for i := range 3000 {
+		r := Record{Key: fmt.Appendf(nil, "k-%d", i), Value: bytes.Repeat([]byte{'v'}, i%300), Time: t0.Add(time.Duration(i) * time.Hour)}
+		switch i % 7 {
+		case 0:
+			r.Key = nil
+		case 1:
+			r.Value = nil
+		case 2:
+			r.Headers = []Header{{Key: "h", Value: []byte("x")}, {Key: "", Value: nil}}
+		case 3:
+			r.Time = time.Time{}
+		case 4:
+			r.Value = bytes.Repeat([]byte{'w'}, 20_000)
+		}
+		recs = append(recs, r)
+	}
+	p := &Producer{cfg: Config{MaxBatchBytes: 64 << 10}, pid: 7}
+	batches := 0
+	for rest := recs; len(rest) > 0; batches++ {
+		n, bound := p.batchSize(rest)
+		if n != p.batchLen(rest) {
+			t.Fatalf("batchSize's n %d, batchLen %d", n, p.batchLen(rest))
+		}
+		var buf []byte
+		allocs := testing.AllocsPerRun(1, func() {
+			var err error
+			if buf, err = p.encodeBatch(nil, 0, rest[:n], bound); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if allocs != 1 || len(buf) > cap(buf) || cap(buf) != 4+bound {
+			t.Fatalf("batch %d (%d records): %.0f allocations, %d bytes in a buffer of %d, bound %d: want one allocation of 4+bound holding the batch", batches, n, allocs, len(buf), cap(buf), bound)
+		}
+		if allocs := testing.AllocsPerRun(3, func() {
+			if _, err := p.encodeBatch(buf, 0, rest[:n], bound); err != nil {
+				t.Fatal(err)
+			}
+		}); allocs != 0 {
+			t.Fatalf("batch %d: %.0f allocations into a buffer with room, want 0", batches, allocs)
+		}
+		rest = rest[n:]
+	}
+	if batches < 5 {
+		t.Fatalf("%d batches: the test must split the records into several", batches)
+	}
+}

@@ -64,8 +64,8 @@ func (p *Producer) produceAsync(ctx context.Context, tp topicPartition, recs []R
 				return res, err
 			}
 		}
-		n := p.batchLen(recs)
-		if err := p.launch(ctx, tp, recs[:n]); err != nil {
+		n, bound := p.batchSize(recs)
+		if err := p.launch(ctx, tp, recs[:n], bound); err != nil {
 			return res, err
 		}
 		res.Batches++
@@ -74,11 +74,12 @@ func (p *Producer) produceAsync(ctx context.Context, tp topicPartition, recs []R
 	return res, nil
 }
 
-// launch encodes recs as tp's next batch and sends it without waiting.
-func (p *Producer) launch(ctx context.Context, tp topicPartition, recs []Record) error {
+// launch encodes recs as tp's next batch and sends it without waiting;
+// bound is batchSize's for recs.
+func (p *Producer) launch(ctx context.Context, tp topicPartition, recs []Record, bound int) error {
 	f := p.newFlight()
 	seq := p.seqs[tp]
-	buf, err := p.encodeBatch(f.buf, seq, recs)
+	buf, err := p.encodeBatch(f.buf, seq, recs, bound)
 	if err != nil {
 		p.free = append(p.free, f)
 		a := p.newAttempts(ctx, "produce", tp.topic, tp.partition)

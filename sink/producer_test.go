@@ -158,7 +158,8 @@ func TestResentBatchStoredOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq := p.seqs[tp]
-	base, err := p.produceBatch(ctx, tp, recs)
+	_, bound := p.batchSize(recs)
+	base, err := p.produceBatch(ctx, tp, recs, bound)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestResentBatchStoredOnce(t *testing.T) {
 		t.Fatalf("sequence %d after 5 records from %d", p.seqs[tp], seq)
 	}
 	p.seqs[tp] = seq // the response was "lost": resend
-	base2, err := p.produceBatch(ctx, tp, recs)
+	base2, err := p.produceBatch(ctx, tp, recs, bound)
 	if err != nil {
 		t.Fatal(err)
 	}

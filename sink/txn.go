@@ -104,8 +104,8 @@ func (p *Producer) Produce(ctx context.Context, topic string, partition int32, r
 		return res, nil
 	}
 	for first := true; len(recs) > 0; first = false {
-		n := p.batchLen(recs)
-		base, err := p.produceBatch(ctx, tp, recs[:n])
+		n, bound := p.batchSize(recs)
+		base, err := p.produceBatch(ctx, tp, recs[:n], bound)
 		if err != nil {
 			return res, p.fail(ctx, err)
 		}
@@ -352,24 +352,33 @@ func firstCode[T, P any](topics []T, parts func(*T) []P, code func(*P) int16) ka
 // batchLen returns how many leading records of recs fit in one batch of at
 // most MaxBatchBytes (at least one).
 func (p *Producer) batchLen(recs []Record) int {
+	n, _ := p.batchSize(recs)
+	return n
+}
+
+// batchSize returns batchLen's n and an upper bound of the bytes those n
+// records take as an uncompressed batch, which encodeBatch sizes its
+// buffer by.
+func (p *Producer) batchSize(recs []Record) (n, bound int) {
 	size := batchHeaderSize
 	for i := range recs {
-		size += recordSizeBound(&recs[i])
-		if size > p.cfg.MaxBatchBytes && i > 0 {
-			return i
+		r := recordSizeBound(&recs[i])
+		if size+r > p.cfg.MaxBatchBytes && i > 0 {
+			return i, size
 		}
+		size += r
 	}
-	return len(recs)
+	return len(recs), size
 }
 
 // produceBatch sends recs as one record batch to the partition leader and
 // returns its base offset (-1 if the broker reported a duplicate without
 // it). The sequence advances only on success: a resent batch is the same
 // bytes with the same sequence, so the broker stores it once.
-func (p *Producer) produceBatch(ctx context.Context, tp topicPartition, recs []Record) (int64, error) {
+func (p *Producer) produceBatch(ctx context.Context, tp topicPartition, recs []Record, bound int) (int64, error) {
 	a := p.newAttempts(ctx, "produce", tp.topic, tp.partition)
 	seq := p.seqs[tp]
-	buf, err := p.encodeBatch(p.buf, seq, recs)
+	buf, err := p.encodeBatch(p.buf, seq, recs, bound)
 	if err != nil {
 		a.n = 1
 		return -1, a.fail(ClassFatal, 0, err)
@@ -392,7 +401,14 @@ func (p *Producer) produceBatch(ctx context.Context, tp topicPartition, recs []R
 
 // encodeBatch encodes recs as a batch with base sequence seq into dst's
 // memory: the 4-byte size a RawRecordSet starts with, then the batch.
-func (p *Producer) encodeBatch(dst []byte, seq int32, recs []Record) ([]byte, error) {
+// bound is batchSize's for recs: a dst with less room is replaced by one
+// allocation of that size, where appending would grow it by doubling and
+// copy it about as many times as it doubles (a new producer's first
+// batches of each in-flight buffer).
+func (p *Producer) encodeBatch(dst []byte, seq int32, recs []Record, bound int) ([]byte, error) {
+	if cap(dst) < 4+bound {
+		dst = make([]byte, 0, 4+bound)
+	}
 	buf := append(dst[:0], 0, 0, 0, 0)
 	buf, err := p.enc.AppendBatch(buf, BatchHeader{
 		ProducerID:    p.pid,
