@@ -477,7 +477,8 @@ func recordsFromBytes(data []byte, ts int64) []Record {
 // TestEncodeBatchSizedOnce: batchSize's bound holds every uncompressed
 // batch it sizes (records with and without keys, values and headers, large
 // and small), so encodeBatch fills a fresh buffer with one allocation and
-// never grows it; a buffer with room is reused without any.
+// never grows it; a buffer with room is reused without any, and one a
+// little too small at least doubles.
 func TestEncodeBatchSizedOnce(t *testing.T) {
 	var recs []Record
 	for i := range 3000 {
@@ -524,5 +525,18 @@ func TestEncodeBatchSizedOnce(t *testing.T) {
 	}
 	if batches < 5 {
 		t.Fatalf("%d batches: the test must split the records into several", batches)
+	}
+	// A batch a little larger than the buffer (a slowly growing stream)
+	// still at least doubles it: one allocation per batch would be worse
+	// than appending.
+	small := recs[5:6] // 5 % 7 == 5: a plain record
+	_, bound := p.batchSize(small)
+	prev := make([]byte, 0, bound) // 4 bytes short
+	buf, err := p.encodeBatch(prev, 0, small, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cap(buf) < 2*cap(prev) {
+		t.Fatalf("a buffer of %d bytes grew to %d for a batch bound of %d, want at least double", cap(prev), cap(buf), bound)
 	}
 }

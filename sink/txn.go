@@ -402,12 +402,13 @@ func (p *Producer) produceBatch(ctx context.Context, tp topicPartition, recs []R
 // encodeBatch encodes recs as a batch with base sequence seq into dst's
 // memory: the 4-byte size a RawRecordSet starts with, then the batch.
 // bound is batchSize's for recs: a dst with less room is replaced by one
-// allocation of that size, where appending would grow it by doubling and
-// copy it about as many times as it doubles (a new producer's first
-// batches of each in-flight buffer).
+// allocation of that size (at least twice dst's, so that slowly growing
+// batches still reallocate rarely), where appending would grow it by
+// doubling and copy it about as many times as it doubles (a new
+// producer's first batches of each in-flight buffer).
 func (p *Producer) encodeBatch(dst []byte, seq int32, recs []Record, bound int) ([]byte, error) {
 	if cap(dst) < 4+bound {
-		dst = make([]byte, 0, 4+bound)
+		dst = make([]byte, 0, max(4+bound, 2*cap(dst)))
 	}
 	buf := append(dst[:0], 0, 0, 0, 0)
 	buf, err := p.enc.AppendBatch(buf, BatchHeader{
