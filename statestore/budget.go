@@ -64,6 +64,7 @@ type Budget struct {
 // blockNeed is what one store asks of the shared cache.
 type blockNeed struct {
 	reserved int64 // its indexes and Pebble's memtables (reservations)
+	kept     int64 // the run filters it keeps in memory (reservations)
 	need     int64 // filter and index blocks of its live runs
 	largest  int64 // its largest filter block
 }
@@ -161,8 +162,8 @@ func blockTarget(need, largest int64, shards int) int64 {
 func (b *Budget) attach(s *Store, reserved int64, rs *runSet) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	need, largest := rs.blockNeed()
-	b.stores[s] = blockNeed{reserved: reserved, need: need, largest: largest}
+	need, largest, kept := rs.blockNeed()
+	b.stores[s] = blockNeed{reserved: reserved, kept: kept, need: need, largest: largest}
 	b.rebalanceLocked()
 }
 
@@ -176,16 +177,27 @@ func (b *Budget) detach(s *Store) {
 
 // noteRuns records that s's live runs are now rs.
 func (b *Budget) noteRuns(s *Store, rs *runSet) {
-	need, largest := rs.blockNeed()
+	need, largest, kept := rs.blockNeed()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n, ok := b.stores[s]
-	if !ok || n.need == need && n.largest == largest {
+	if !ok || n.need == need && n.largest == largest && n.kept == kept {
 		return
 	}
-	n.need, n.largest = need, largest
+	n.need, n.largest, n.kept = need, largest, kept
 	b.stores[s] = n
 	b.rebalanceLocked()
+}
+
+// reservedLocked is what the stores reserve in the cache themselves:
+// indexes, Pebble's memtables and the run filters they keep in memory.
+// Under mu.
+func (b *Budget) reservedLocked() int64 {
+	var reserved int64
+	for _, n := range b.stores {
+		reserved += n.reserved + n.kept + int64(memTableStopWrites+1)*maxPebbleMemTableSize
+	}
+	return reserved
 }
 
 // rebalanceLocked sets the reservation of the room no store needs: the
@@ -193,12 +205,12 @@ func (b *Budget) noteRuns(s *Store, rs *runSet) {
 // The old reservation is released before the new one is taken, so blocks
 // are evicted only when the room shrinks. Under mu.
 func (b *Budget) rebalanceLocked() {
-	var reserved, need, largest int64
+	var need, largest int64
 	for _, n := range b.stores {
-		reserved += n.reserved + int64(memTableStopWrites+1)*maxPebbleMemTableSize
 		need += n.need
 		largest = max(largest, n.largest)
 	}
+	reserved := b.reservedLocked()
 	spare := max(0, b.size-reserved-blockTarget(need, largest, b.shards))
 	if len(b.stores) == 0 {
 		spare = 0
@@ -217,16 +229,12 @@ func (b *Budget) rebalanceLocked() {
 }
 
 // BlockRoom is the room for blocks the budget's cache has now: its
-// capacity less every reservation (indexes, memtables, and the room the
-// stores' runs do not need).
+// capacity less every reservation (indexes, memtables, run filters kept in
+// memory, and the room the stores' runs do not need).
 func (b *Budget) BlockRoom() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var reserved int64
-	for _, n := range b.stores {
-		reserved += n.reserved + int64(memTableStopWrites+1)*maxPebbleMemTableSize
-	}
-	return max(0, b.size-reserved-b.spare)
+	return max(0, b.size-b.reservedLocked()-b.spare)
 }
 
 // PlanMemTable returns the memtable size of each of stores stores under a
@@ -308,19 +316,30 @@ func (b *Budget) Close() {
 }
 
 // blockNeed returns the filter and index blocks of rs's runs, which every
-// probe of a run reads, and the largest filter block: a run's filter is
-// 10 bits per key (filter.go), its index about 1/64 of its bytes (a 4 KiB
-// data block of ~190 keys has one entry of a separator and a handle).
-func (rs *runSet) blockNeed() (need, largest int64) {
+// probe of a run reads, the largest filter block, and the bytes of the
+// filters kept in memory (kept): a run's filter is 10 bits per key
+// (filter.go), its index about 1/64 of its bytes (a 4 KiB data block of
+// ~190 keys has one entry of a separator and a handle). A run whose filter
+// the store keeps in memory needs only its index blocks from the cache:
+// its iterators skip Pebble's filter, and the kept filter is reserved in
+// the cache on its own (keepFilters). Until session 7 it was counted in
+// need as well, so the cache left room for the filters twice: 1.9 bytes
+// per key of room for blocks at 100M keys where 0.6 were needed.
+func (rs *runSet) blockNeed() (need, largest, kept int64) {
 	if rs == nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for _, runs := range rs.gens {
 		for _, r := range runs {
+			need += int64(r.bytes / 64)
+			if r.filter != nil {
+				kept += int64(len(r.filter.f))
+				continue
+			}
 			f := int64(runFilterBlocks(r.keys)*runFilterBlockBytes + runFilterTrailer)
-			need += f + int64(r.bytes/64)
+			need += f
 			largest = max(largest, f)
 		}
 	}
-	return need, largest
+	return need, largest, kept
 }

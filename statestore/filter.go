@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"hash/fnv"
 	"math/bits"
+	"runtime"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 )
@@ -35,9 +37,10 @@ import (
 type runFilter struct {
 	keys uint64 // keys the writer is sized for (reads ignore it)
 	v1   bool   // the filter of tables written before v2 (reads only)
-	// keep, when set, receives the finished filter (the run's writer
-	// keeps it in memory: see memFilter).
-	keep *[]byte
+	// keep, when set, receives the finished filter, which the writer
+	// builds in memory of its own (the run's writer keeps it: see
+	// memFilter).
+	keep **memFilter
 }
 
 const (
@@ -120,14 +123,23 @@ func (rf runFilter) MayContain(_ pebble.FilterType, f, key []byte) bool {
 // allocated now, for f.keys keys.
 func (f runFilter) NewWriter(pebble.FilterType) pebble.FilterWriter {
 	n := runFilterBlocks(f.keys)
-	return &runFilterWriter{buf: make([]byte, n*runFilterBlockBytes+runFilterTrailer), blocks: n, v1: f.v1, keep: f.keep}
+	size := int(n*runFilterBlockBytes + runFilterTrailer)
+	w := &runFilterWriter{blocks: n, v1: f.v1, keep: f.keep}
+	if f.keep != nil {
+		w.mf = newMemFilter(size)
+		w.buf = w.mf.f
+	} else {
+		w.buf = make([]byte, size)
+	}
+	return w
 }
 
 type runFilterWriter struct {
 	buf    []byte // the blocks, then room for the trailer
 	blocks uint64
 	v1     bool
-	keep   *[]byte
+	keep   **memFilter
+	mf     *memFilter // owns buf when keep is set
 	// pending holds the hashes of the last keys, whose bits are set
 	// together: each key's block is a cache miss in a large filter, and
 	// the misses of a group overlap where one key at a time, between the
@@ -185,8 +197,9 @@ func (w *runFilterWriter) Finish(dst []byte) []byte {
 	out := w.buf
 	w.buf = nil
 	if w.keep != nil {
-		// A copy: Pebble owns out from here on.
-		*w.keep = append([]byte(nil), out...)
+		// No copy: Pebble's table writer writes the filter block out
+		// before its Close returns and keeps no reference to it.
+		*w.keep = w.mf
 	}
 	if len(dst) == 0 {
 		return out
@@ -198,26 +211,101 @@ func (w *runFilterWriter) Finish(dst []byte) []byte {
 // so that a probe of a run that does not hold the key ends here, without
 // entering Pebble (an iterator seek reached the filter block through the
 // block cache: about 1.5 us per run, which a miss paid for every run of
-// its generation). Its bytes are reserved in the block cache while the run
-// is live, so the cache shrinks by what the filters take (1.25 bytes per
-// key); Pebble then no longer caches these runs' filter blocks (their
-// iterators skip Pebble's filter). Runs written before an Open have none
-// and are probed through Pebble's filter.
+// its generation). Its bytes are counted by the block cache while the run
+// is live (a reservation: a Budget counts it among the stores' own memory,
+// a cache of the store's own shrinks by it), 1.25 bytes per key; Pebble
+// then no longer caches these runs' filter blocks (their iterators skip
+// Pebble's filter). Runs written before an Open have none and are probed
+// through Pebble's filter.
+//
+// A filter of memFilterMapMin bytes or more lives outside the Go heap
+// (memalloc.go), where the collector neither counts it toward its target
+// (GOGC kept half of it again as headroom) nor waits to free it: it is
+// unmapped the moment its last holder lets go. Its holders are counted
+// (refs): the run registry from the run's writing until the run is merged
+// or expired (drop), and each Reader's iterator of the run (acquire,
+// unref). A filter that never became a run's (a split run, a failed
+// write) is unmapped by a cleanup once unreachable.
 type memFilter struct {
 	f       []byte
+	mem     *filterMem // f's memory when off the heap, else nil
+	refs    atomic.Int32
+	dropped atomic.Bool
 	release func() // of the reservation; nil once released
 }
 
-// drop releases the reservation of m's memory; m may be nil. Readers
-// still holding the run keep the bytes until they let go of it.
-func (m *memFilter) drop() {
-	if m != nil && m.release != nil {
-		m.release()
-		m.release = nil
+// memFilterMapMin is the smallest filter kept outside the Go heap: smaller
+// ones (tests' runs) would cost a mapping each for little memory.
+const memFilterMapMin = 64 << 10
+
+// filterMem is a mapping holding one filter; free unmaps it once.
+type filterMem struct {
+	b     []byte
+	freed atomic.Bool
+}
+
+func (m *filterMem) free() {
+	if m.freed.CompareAndSwap(false, true) {
+		freeRegion(m.b)
 	}
 }
 
-// mayContain reports whether the run may hold key.
+// newMemFilter returns a filter of size zeroed bytes held by its writer
+// and, once recorded, the registry (refs 1).
+func newMemFilter(size int) *memFilter {
+	mf := &memFilter{}
+	mf.refs.Store(1)
+	if size < memFilterMapMin {
+		mf.f = make([]byte, size)
+		return mf
+	}
+	mf.mem = &filterMem{b: allocRegion(size, MemRunFilters)}
+	mf.f = mf.mem.b
+	runtime.AddCleanup(mf, (*filterMem).free, mf.mem)
+	return mf
+}
+
+// acquire takes a Reader's hold of m; false if m was already freed (its run
+// left the registry and no Reader holds it): the caller then reads the run
+// through Pebble's filter.
+func (m *memFilter) acquire() bool {
+	for {
+		r := m.refs.Load()
+		if r <= 0 {
+			return false
+		}
+		if m.refs.CompareAndSwap(r, r+1) {
+			return true
+		}
+	}
+}
+
+// unref drops one hold of m (m may be nil); the last frees its memory.
+func (m *memFilter) unref() {
+	if m != nil && m.refs.Add(-1) == 0 && m.mem != nil {
+		m.mem.free()
+	}
+}
+
+// drop releases the reservation of m's memory and the registry's hold of
+// it (m may be nil; once per filter): the memory returns when the last
+// Reader holding the run lets go of it.
+func (m *memFilter) drop() {
+	if m == nil {
+		return
+	}
+	if m.release != nil {
+		m.release()
+		m.release = nil
+	}
+	if m.dropped.CompareAndSwap(false, true) {
+		m.unref()
+	}
+}
+
+// mayContain reports whether the run may hold key. The caller holds m.
 func (m *memFilter) mayContain(key []byte) bool {
-	return runFilter{}.MayContain(pebble.TableFilter, m.f, key)
+	ok := runFilter{}.MayContain(pebble.TableFilter, m.f, key)
+	runtime.KeepAlive(m)
+	return ok
 }

@@ -116,7 +116,7 @@ func newMemIndex(logNum, capKeys uint64) *memIndex {
 // m.mu (or before m is shared).
 func (m *memIndex) setSlots(n int) {
 	old := m.off.slots
-	m.off.slots = allocRegion(n * 8)
+	m.off.slots = allocRegion(n*8, MemIndexTable)
 	m.slots = regionOf[uint64](m.off.slots, n)
 	freeRegion(old)
 }
@@ -174,7 +174,7 @@ func (m *memIndex) at(i int) *memEntry {
 
 func (m *memIndex) appendEntry(e memEntry) {
 	if m.n>>memChunkBits == len(m.chunks) {
-		r := allocRegion(memEntryBytes << memChunkBits)
+		r := allocRegion(memEntryBytes<<memChunkBits, MemIndexEntries)
 		m.off.chunks = append(m.off.chunks, r)
 		m.chunks = append(m.chunks, regionOf[memEntry](r, 1<<memChunkBits))
 	}
@@ -557,7 +557,7 @@ func (s *Store) recycle(m *memIndex) {
 func (s *Store) sortBuffers(n int) (refs, tmp []uint64) {
 	if len(s.flushBuf) < 16*n {
 		freeRegion(s.flushBuf) // the flusher's own: nothing else sees it
-		s.flushBuf = allocRegion(16 * max(n, int(s.memKeys)*3/2+1))
+		s.flushBuf = allocRegion(16*max(n, int(s.memKeys)*3/2+1), MemSortBuffers)
 	}
 	half := len(s.flushBuf) / 2
 	return regionOf[uint64](s.flushBuf, n), regionOf[uint64](s.flushBuf[half:], n)

@@ -100,8 +100,11 @@ func (rd *Reader) refresh() error {
 	for _, ri := range rd.its {
 		if runs.has(ri.gen, ri.id) {
 			rd.spare = append(rd.spare, ri)
-		} else if err := s.read(ri.it.Close); err != nil {
-			errs = append(errs, err)
+		} else {
+			ri.filter.unref()
+			if err := s.read(ri.it.Close); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	rd.its = rd.its[:0]
@@ -115,12 +118,15 @@ func (rd *Reader) refresh() error {
 				}
 			}
 			if ri == nil {
-				ri = &runIter{gen: r.gen, id: r.id, filter: r.filter}
+				ri = &runIter{gen: r.gen, id: r.id}
+				if r.filter != nil && r.filter.acquire() {
+					ri.filter = r.filter
+				}
 				putRunPrefix(ri.lo[:], r.gen, r.id)
 				putRunPrefix(ri.hi[:], r.gen, r.id+1)
 				// A run whose filter is in memory is probed there first:
 				// Pebble's copy would only be read (and cached) again.
-				ri.opts = pebble.IterOptions{LowerBound: ri.lo[:], UpperBound: ri.hi[:], UseL6Filters: r.filter == nil}
+				ri.opts = pebble.IterOptions{LowerBound: ri.lo[:], UpperBound: ri.hi[:], UseL6Filters: ri.filter == nil}
 				if r.id == ^uint64(0) {
 					ri.opts.UpperBound = genEnd(r.gen)
 				}
@@ -130,6 +136,7 @@ func (rd *Reader) refresh() error {
 					return err
 				})
 				if err != nil {
+					ri.filter.unref()
 					errs = append(errs, err)
 					continue
 				}
@@ -275,6 +282,7 @@ func (rd *Reader) Close() (err error) {
 	}
 	var errs []error
 	for _, ri := range rd.its {
+		ri.filter.unref()
 		if err := s.read(ri.it.Close); err != nil {
 			errs = append(errs, err)
 		}

@@ -223,7 +223,7 @@ type runWriter struct {
 	r      run
 	key    [bucketKeyLen]byte
 	val    [maxValueLen]byte
-	filter []byte // the filter of a run of one sstable, once finished
+	filter *memFilter // the filter of a run of one sstable, once finished
 }
 
 // newRunWriter starts leaf run id of gen (mergeRuns sets its leaf range),
@@ -299,7 +299,7 @@ func (rw *runWriter) finish() (run, error) {
 		}
 	}
 	if len(rw.paths) == 1 && rw.filter != nil {
-		rw.r.filter = &memFilter{f: rw.filter}
+		rw.r.filter = rw.filter
 	}
 	return rw.r, nil
 }

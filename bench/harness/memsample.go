@@ -5,8 +5,11 @@ import (
 	"os"
 	"runtime/metrics"
 	"runtime/pprof"
+	"sort"
 	"sync"
 	"time"
+
+	"github.com/dedupstream/dedupstream/statestore"
 )
 
 // memSampler samples, every period, the process's resident memory and what
@@ -24,7 +27,16 @@ import (
 //     allocator overhead) is RSS minus go minus cache;
 //   - gcCPU: the share of the process's CPU time the GC took so far
 //     (/cpu/classes/gc/total over /cpu/classes/total, both estimates of
-//     the runtime), what a lower GC target costs.
+//     the runtime), what a lower GC target costs;
+//
+// and, at each phase's peak, what the RSS is made of by owner (breakdown):
+// the Go heap's objects, its free pages not yet returned and its GC goal;
+// the store's off-heap regions by kind, resident bytes (statestore.OffHeap:
+// index tables and entries, sort buffers, run filters); the memory in
+// transparent huge pages (AnonHugePages of /proc/self/smaps_rollup: the
+// Bloom fronts' bitsets, the only memory advised so); the C allocator's
+// bytes in use and free in its arenas (mallinfo2: Pebble's blocks and
+// memtables, and what glibc keeps of freed ones).
 type memSampler struct {
 	mu    sync.Mutex
 	peaks map[string]memSample // by phase
@@ -40,6 +52,51 @@ type memSample struct {
 	rss, goMapped, goLive uint64
 	cache                 int64
 	gcCPU                 float64
+	by                    breakdown
+}
+
+// breakdown is what a sample's RSS is made of by owner, in bytes.
+type breakdown struct {
+	goObjects, goFree, goGoal uint64 // heap objects, free not released, GC goal
+	offHeap                   map[statestore.MemKind]statestore.OffHeapUse
+	hugePages                 uint64 // AnonHugePages
+	cInUse, cFree             uint64 // mallinfo2
+	cKnown                    bool
+}
+
+// breakdownNow reads the breakdown; samples are metrics.Read's buffer of
+// the heap figures.
+func breakdownNow() breakdown {
+	samples := []metrics.Sample{
+		{Name: "/memory/classes/heap/objects:bytes"},
+		{Name: "/memory/classes/heap/free:bytes"},
+		{Name: "/gc/heap/goal:bytes"},
+	}
+	metrics.Read(samples)
+	b := breakdown{goObjects: samples[0].Value.Uint64(), goFree: samples[1].Value.Uint64(), goGoal: samples[2].Value.Uint64()}
+	b.offHeap = statestore.OffHeap()
+	b.hugePages = procField("/proc/self/smaps_rollup", "AnonHugePages:")
+	b.cInUse, b.cFree, b.cKnown = cHeap()
+	return b
+}
+
+// String lists the breakdown in MiB.
+func (b breakdown) String() string {
+	mib := func(v uint64) string { return fmt.Sprintf("%.0f", float64(v)/(1<<20)) }
+	out := fmt.Sprintf("Go heap objects %s MiB, free not released %s, GC goal %s; huge pages (Bloom fronts) %s", mib(b.goObjects), mib(b.goFree), mib(b.goGoal), mib(b.hugePages))
+	kinds := make([]string, 0, len(b.offHeap))
+	for k := range b.offHeap {
+		kinds = append(kinds, string(k))
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		u := b.offHeap[statestore.MemKind(k)]
+		out += fmt.Sprintf("; store %s %s resident of %s mapped", k, mib(uint64(u.Resident)), mib(uint64(u.Mapped)))
+	}
+	if b.cKnown {
+		out += fmt.Sprintf("; C allocator in use %s, free in its arenas %s", mib(b.cInUse), mib(b.cFree))
+	}
+	return out
 }
 
 // startMemSampler samples every period until stopped; cache reports the
@@ -74,6 +131,14 @@ func startMemSampler(period time.Duration, cache func() int64) *memSampler {
 			}
 			m.mu.Lock()
 			s.phase = m.phase
+			p, ok := m.peaks[s.phase]
+			m.mu.Unlock()
+			if ok && s.rss <= p.rss {
+				continue
+			}
+			// A new peak of its phase: what it is made of (a few ms).
+			s.by = breakdownNow()
+			m.mu.Lock()
 			if p, ok := m.peaks[s.phase]; !ok || s.rss > p.rss {
 				if !ok {
 					m.order = append(m.order, s.phase)
@@ -111,8 +176,8 @@ func (m *memSampler) finish() []memSample {
 func (s memSample) String() string {
 	mib := func(b uint64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }
 	other := int64(s.rss) - int64(s.goMapped) - s.cache
-	return fmt.Sprintf("RSS peak %s in %s: Go runtime %s (live heap %s), block cache %s, other %.0f MiB; GC %.1f %% of CPU so far",
-		mib(s.rss), s.phase, mib(s.goMapped), mib(s.goLive), mib(uint64(s.cache)), float64(other)/(1<<20), 100*s.gcCPU)
+	return fmt.Sprintf("RSS peak %s in %s: Go runtime %s (live heap %s), block cache %s, other %.0f MiB; GC %.1f %% of CPU so far; by owner: %s",
+		mib(s.rss), s.phase, mib(s.goMapped), mib(s.goLive), mib(uint64(s.cache)), float64(other)/(1<<20), 100*s.gcCPU, s.by)
 }
 
 // writeHeapProfile writes a heap profile (go tool pprof -sample_index

@@ -28,8 +28,12 @@ func (m memProbe) peak() (base, peak uint64) {
 }
 
 // procStatus reads one kB field of /proc/self/status in bytes.
-func procStatus(field string) uint64 {
-	b, err := os.ReadFile("/proc/self/status")
+func procStatus(field string) uint64 { return procField("/proc/self/status", field) }
+
+// procField reads one kB field of a /proc file of "Name: N kB" lines in
+// bytes (0 if absent).
+func procField(path, field string) uint64 {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
 	}
