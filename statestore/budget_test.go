@@ -290,7 +290,7 @@ func TestBudgetBlocksFollowRuns(t *testing.T) {
 	if slack := int64(memTableStopWrites+1) * maxPebbleMemTableSize; peak > room+slack {
 		t.Fatalf("blocks peaked at %d: over the room %d the runs need", peak, room)
 	}
-	if peak < room/2 {
+	if peak < room*3/4 {
 		t.Fatalf("blocks peaked at %d of a room of %d: the reads did not fill it (or the cache has less room than BlockRoom says)", peak, room)
 	}
 	mustClose(t, s)

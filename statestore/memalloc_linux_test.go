@@ -4,6 +4,7 @@ package statestore
 
 import (
 	"os"
+	"runtime/debug"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -145,5 +146,100 @@ func TestIndexesRecycledEveryFlush(t *testing.T) {
 		if n := residentOff(t, m.off); n != 0 {
 			t.Fatalf("an index neither active nor flushing keeps %d bytes resident", n)
 		}
+	}
+}
+
+// TestRunFiltersOffHeapFreed: the run filters a store keeps in memory live
+// off the Go heap, resident (OffHeap counts them), and each is unmapped
+// as soon as its run has left the registry and the last Reader holding the
+// run let go of it: not when the collector runs (it is off here), and not
+// before (a Reader that saw the run still probes its filter).
+func TestRunFiltersOffHeapFreed(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	s := mustOpen(t, "s", Options{FS: vfs.NewMem(), MemTableSize: 4 << 20})
+	defer mustClose(t, s)
+	before := OffHeap()[MemRunFilters]
+	old := fillIndexes(t, s, 1, 0, 2)
+	fillIndexes(t, s, 2, 2, 2)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	s.wmu.Lock()
+	err := s.awaitFlush()
+	s.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rd Reader
+	defer rd.Close()
+	if err := s.OpenReader(&rd); err != nil {
+		t.Fatal(err)
+	}
+	var gen1 []*memFilter
+	var gen1IDs []uint64
+	var kept int64
+	for g, runs := range s.runs.Load().gens {
+		for _, r := range runs {
+			f := r.filter
+			if f == nil || f.mem == nil {
+				t.Fatalf("run %d of generation %d (%d keys): filter not kept off the heap", r.id, g, r.keys)
+			}
+			if n := resident(t, f.f); n < len(f.f)*9/10 {
+				t.Fatalf("run %d: %d of its filter's %d bytes resident", r.id, n, len(f.f))
+			}
+			kept += int64(len(f.f))
+			if g == 1 {
+				gen1 = append(gen1, f)
+				gen1IDs = append(gen1IDs, r.id)
+			}
+		}
+	}
+	if len(gen1) == 0 {
+		t.Fatal("no run in generation 1")
+	}
+	if got := OffHeap()[MemRunFilters]; got.Mapped-before.Mapped < kept || got.Resident-before.Resident < kept*9/10 {
+		t.Fatalf("OffHeap: run filters %+v (before %+v), want %d more bytes mapped and resident", got, before, kept)
+	}
+	if err := s.Expire(2); err != nil {
+		t.Fatal(err)
+	}
+	s.wmu.Lock()
+	err = s.awaitFlush()
+	s.wmu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.runs.Load().of(1)) != 0 {
+		t.Fatal("generation 1 still has runs after its expiry")
+	}
+	// The Reader opened before the expiry still holds generation 1's runs:
+	// their filters must still answer (a freed one reads as zeros: every
+	// key absent).
+	for _, f := range gen1 {
+		if f.mem.freed.Load() {
+			t.Fatal("a filter was unmapped while a Reader holds its run")
+		}
+	}
+	var key [bucketKeyLen]byte
+	for _, h := range old[:100] {
+		found := false
+		for i, f := range gen1 {
+			putRunKey(key[:], 1, gen1IDs[i], h)
+			found = found || f.mayContain(key[:])
+		}
+		if !found {
+			t.Fatal("a filter held by a Reader lost a key of its run")
+		}
+	}
+	if err := rd.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range gen1 {
+		if !f.mem.freed.Load() {
+			t.Fatal("a filter of an expired run is still mapped after the last Reader let go of it")
+		}
+	}
+	if got := OffHeap()[MemRunFilters]; got.Mapped-before.Mapped >= kept {
+		t.Fatalf("OffHeap: run filters %+v after the expiry, %d before it", got, kept)
 	}
 }
