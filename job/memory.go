@@ -12,13 +12,17 @@ import (
 
 // DefaultGCPercent is the Go garbage collector's target of a running job
 // (GOGC) unless the environment sets GOGC: the heap may grow to 1.5x what
-// is live after a collection instead of 2x. The largest arrays (Bloom
+// is live after a collection instead of 2x. The large arrays (Bloom
 // sub-filters of 2 MiB or more, the indexes of recent keys and their sort
-// buffers) live in mappings outside the Go heap, which the collector
-// neither scans nor counts toward GOGC; the small fronts it still holds
-// have no pointers, so collecting more often costs little CPU (measured
-// when the heap still held both, at 30M keys in one stage: RSS 831 MiB at
-// GOGC=25 against 1140 MiB at 100, docs/benchmarks.md "Memory").
+// buffers, and since session 7 the run filters the stores keep in memory,
+// 1.25 bytes per key) live in mappings outside the Go heap, which the
+// collector neither scans nor counts toward GOGC: at 30M keys in one stage
+// the live heap is ~11 MiB and its goal 15 MiB (it was 46 and 69 MiB with
+// the run filters in it), so the target now matters little; the small
+// fronts it still holds have no pointers, so collecting more often costs
+// little CPU (measured when the heap still held the fronts and indexes, at
+// 30M keys in one stage: RSS 831 MiB at GOGC=25 against 1140 MiB at 100,
+// docs/benchmarks.md "Memory").
 const DefaultGCPercent = 50
 
 // TuneGC sets the process's GC target to DefaultGCPercent unless GOGC is
@@ -104,8 +108,8 @@ var (
 	descMemBudget   = prometheus.NewDesc("dedupstream_state_memory_budget_bytes", "state.memory: the bound on the Pebble block cache and memtables of every store of this instance together (the Bloom fronts are outside it).", nil, nil)
 	descCacheUsed   = prometheus.NewDesc("dedupstream_state_block_cache_used_bytes", "Bytes of sstable blocks in the block cache the stores of this instance share; memtables are charged to the same budget on top.", nil, nil)
 	descMemTable    = prometheus.NewDesc("dedupstream_state_memtable_size_bytes", "Size of the index of recent keys of each store of the current assignment (the layout's memtable; 2 per store plus sort buffers), derived from state.memory and the partitions owned.", nil, nil)
-	descIndexMemory = prometheus.NewDesc("dedupstream_state_index_memory_bytes", "Bytes the stores of the current assignment reserve in state.memory for their indexes of recent keys (Go heap); blocks get what the reservations leave.", nil, nil)
-	descBlockRoom   = prometheus.NewDesc("dedupstream_state_block_room_bytes", "Room the shared block cache gives sstable blocks now: state.memory less the stores' reservations and the room their runs do not need (filter and index blocks x1.5 plus 32 MiB for data blocks; data blocks beyond it are read from the OS page cache).", nil, nil)
+	descIndexMemory = prometheus.NewDesc("dedupstream_state_index_memory_bytes", "Bytes the stores of the current assignment reserve in state.memory for their indexes of recent keys (off the Go heap); blocks get what the reservations leave.", nil, nil)
+	descBlockRoom   = prometheus.NewDesc("dedupstream_state_block_room_bytes", "Room the shared block cache gives sstable blocks now: state.memory less the stores' reservations (indexes, memtables, the run filters kept in memory) and the room their runs do not need (index blocks, and filter blocks of runs whose filter is not in memory, x1.5 plus 32 MiB for data blocks; data blocks beyond it are read from the OS page cache).", nil, nil)
 	descOverBudget  = prometheus.NewDesc("dedupstream_state_memory_over_budget", "1 when the memtables of the partitions owned need more than half of state.memory (group mode, more partitions than the budget was sized for), else 0.", nil, nil)
 	descBloomMemory = prometheus.NewDesc("dedupstream_bloom_memory_bytes", "Bytes the partition's Bloom front holds in memory (outside state.memory).", lp, nil)
 )

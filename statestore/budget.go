@@ -27,13 +27,16 @@ import (
 //
 // rounded down to 64 KiB and capped at MaxPlannedMemTableSize keeps the
 // reservations to at most half of the budget. The other half (at least)
-// holds sstable index and filter blocks, which every Get needs: about 1.3
-// bytes per key for 10 bits/key filters, plus ~1 % of the data for indexes.
+// holds the run filters the stores keep in memory (1.25 bytes per key,
+// reserved by each store as its runs are recorded, filter.go) and sstable
+// index blocks, which every Get needs: ~1 % of the data.
 //
 // The budget is a bound, not a target: blocks are held only as far as reads
-// need them. The stores tell the budget the filter and index blocks of
-// their live runs (what every probe of a run reads), and the budget
-// reserves whatever room for blocks is beyond
+// need them. The stores tell the budget the index blocks of their live runs
+// and the filter blocks of runs whose filter is not in memory (what every
+// probe of a run reads from the cache), and the bytes of the filters kept
+// in memory, counted with the reservations; the budget reserves whatever
+// room for blocks is beyond
 //
 //	blocks = max(need * 3/2 + BlockDataRoom, 2 * shards * largest filter)
 //
@@ -42,9 +45,9 @@ import (
 // at 100M keys in one stage the cache otherwise held ~4 bytes per key of
 // data blocks (docs/benchmarks.md, "Memory: blocks as reads need them").
 //
-// The indexes are off the Go heap where the platform allows (memalloc.go),
-// the blocks C memory; the Bloom fronts and the Go runtime's headroom are
-// outside the budget (SetGCPercent).
+// The indexes and the kept run filters are off the Go heap where the
+// platform allows (memalloc.go), the blocks C memory; the Bloom fronts and
+// the Go runtime's headroom are outside the budget (SetGCPercent).
 //
 // A Budget must be closed after the last store using its cache closed.
 type Budget struct {
@@ -269,8 +272,7 @@ func MinMemoryFor(memTable uint64, stores int) int64 {
 
 // IndexBytes returns what stores stores reserve in the budget for their
 // indexes of recent keys (two each, and sort buffers), at the planned
-// MemTableSize: Go heap memory, which the Go runtime's GC target
-// multiplies.
+// MemTableSize: memory outside the Go heap (memalloc.go).
 func (b *Budget) IndexBytes(stores int) int64 {
 	mt, _ := b.MemTableSize(stores)
 	o := Options{MemTableSize: mt}

@@ -257,8 +257,8 @@ func TestBudgetBlocksFollowRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	need, largest, kept := s.runs.Load().blockNeed()
-	if kept < keys*5/4 {
-		t.Fatalf("runs keep %d bytes of filters in memory, less than 10 bits for each of %d keys", kept, keys)
+	if kept < keys*int64(runFilterBitsPerKey)/8 {
+		t.Fatalf("runs keep %d bytes of filters in memory, less than %d bits for each of %d keys", kept, runFilterBitsPerKey, keys)
 	}
 	if need >= kept/2 {
 		t.Fatalf("runs need %d bytes of blocks beside the %d bytes of filters kept in memory: the filters are counted twice", need, kept)

@@ -277,8 +277,9 @@
 // run's sstable Bloom filter (Pebble's own DB.Get skips the filters of the
 // last level, where every run lives, so each miss would read a data block).
 // A run's filter is the store's own (filter.go): a blocked Bloom filter of
-// 10 bits per key (0.94-1.0 % false positives measured) sized when the run
-// is written, so a merge holds 1.25 bytes per key of its output where
+// 8 bits per key (2.5 % false positives measured; 10 bits, 0.94-1.0 %,
+// until session 7) sized when the run
+// is written, so a merge holds 1 byte per key of its output where
 // Pebble's writer held a 4-byte hash per key until the table ended. A run
 // key's filter block is taken from its hash's high bits (filter v2), so a
 // run, written in hash order, sets its filter block after block: the
@@ -286,8 +287,10 @@
 // blocks, 75-120 ns with v2 (BenchmarkRunFilterWrite), and the 30M sweep's
 // flushes 20 % less CPU. Tables of v1 are still read.
 //
-// The store keeps the filter of every run it writes in memory (reserved in
-// the block cache, so the cache shrinks by 1.25 bytes per key) and probes
+// The store keeps the filter of every run it writes in memory, off the Go
+// heap (reserved in the block cache, so the cache shrinks by 1 byte per
+// key; unmapped when the run is merged or expired and the last Reader
+// holding it let go, filter.go) and probes
 // a run there before entering Pebble: a miss of a run no longer costs an
 // iterator seek to Pebble's filter block (about 1.5 us per run), and those
 // runs' iterators skip Pebble's filter, whose blocks then stay out of the

@@ -50,6 +50,15 @@ func BenchmarkMergePolicy(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	// RUN_FILTER_BITS sets the run filters' bits per key (default 10).
+	if v := os.Getenv("RUN_FILTER_BITS"); v != "" {
+		bitsPerKey, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer func(old uint64) { runFilterBitsPerKey = old }(runFilterBitsPerKey)
+		runFilterBitsPerKey = bitsPerKey
+	}
 	const memTable = 2 << 20
 	base := (&Options{MemTableSize: memTable}).memKeys()
 	variants := []struct {
