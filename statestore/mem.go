@@ -523,12 +523,13 @@ func sortHashes(es, tmp []memEntry, counts []int) ([]memEntry, []int) {
 }
 
 // retire marks m, just unpublished by the flusher, as reusable once no
-// Reader holds it.
+// Reader holds it, and returns the C allocator's free pages (trimCHeap).
 func (s *Store) retire(m *memIndex) {
 	m.retired.Store(true)
 	if m.readers.Load() == 0 {
 		s.recycle(m)
 	}
+	trimCHeap()
 }
 
 // releaseMem drops a Reader's hold of m (nil: none), recycling m if it was

@@ -76,7 +76,7 @@ func breakdownNow() breakdown {
 	b := breakdown{goObjects: samples[0].Value.Uint64(), goFree: samples[1].Value.Uint64(), goGoal: samples[2].Value.Uint64()}
 	b.offHeap = statestore.OffHeap()
 	b.hugePages = procField("/proc/self/smaps_rollup", "AnonHugePages:")
-	b.cInUse, b.cFree, b.cKnown = cHeap()
+	b.cInUse, b.cFree, b.cKnown = statestore.CHeap()
 	return b
 }
 

@@ -73,6 +73,7 @@ func run(args []string) int {
 	sweep := fs.String("sweep", "", "sweep: comma list of keys in the window, e.g. 1M,10M,100M")
 	sweepRecords := countVar(fs, "sweep-records", "sweep: timed records per point")
 	sweepDup := fs.Float64("sweep-dup", 0.05, "sweep: duplicate ratio")
+	sweepNoRestart := fs.Bool("sweep-no-restart", false, "sweep: skip the restart-to-ready measurement after each point (its memory is not part of the point's RSS figures)")
 	mapMax := fs.String("map-max-keys", "", "run the map ceiling only up to this many keys")
 	redisMax := fs.String("redis-max-keys", "", "run the Redis baseline only up to this many keys")
 	noRedis := fs.Bool("no-redis", false, "skip the Redis baseline")
@@ -319,7 +320,7 @@ func run(args []string) int {
 			}
 		case "sweep":
 			for _, k := range sweepKeys {
-				c := harness.EngineCase{Case: harness.CaseSweep, Spec: spec(k, *sweepDup), Records: or(*sweepRecords, p.sweepRecords), Restart: true, Dir: *dir, Ctx: ctx}
+				c := harness.EngineCase{Case: harness.CaseSweep, Spec: spec(k, *sweepDup), Records: or(*sweepRecords, p.sweepRecords), Restart: !*sweepNoRestart, Dir: *dir, Ctx: ctx}
 				if *heapProfile != "" {
 					c.HeapProfile = fmt.Sprintf("%s-%d.pprof", *heapProfile, k)
 				}

@@ -1,0 +1,10 @@
+//go:build !linux || !cgo
+
+package statestore
+
+// trimCHeap does nothing: without cgo Pebble's memory is the Go heap's, and
+// other platforms' allocators are not glibc's.
+func trimCHeap() {}
+
+// CHeap is unknown without glibc's mallinfo2.
+func CHeap() (inUse, free uint64, ok bool) { return 0, 0, false }
