@@ -27,7 +27,7 @@ import (
 //
 // rounded down to 64 KiB and capped at MaxPlannedMemTableSize keeps the
 // reservations to at most half of the budget. The other half (at least)
-// holds the run filters the stores keep in memory (1.25 bytes per key,
+// holds the run filters the stores keep in memory (1 byte per key,
 // reserved by each store as its runs are recorded, filter.go) and sstable
 // index blocks, which every Get needs: ~1 % of the data.
 //
@@ -319,7 +319,7 @@ func (b *Budget) Close() {
 
 // blockNeed returns the filter and index blocks of rs's runs, which every
 // probe of a run reads, the largest filter block, and the bytes of the
-// filters kept in memory (kept): a run's filter is 10 bits per key
+// filters kept in memory (kept): a run's filter is 8 bits per key
 // (filter.go), its index about 1/64 of its bytes (a 4 KiB data block of
 // ~190 keys has one entry of a separator and a handle). A run whose filter
 // the store keeps in memory needs only its index blocks from the cache:

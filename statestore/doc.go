@@ -161,7 +161,10 @@
 // grows it. An index's table and entries live off the Go heap
 // (memalloc.go): once its keys are in runs and no Reader holds it, its
 // pages go back to the operating system, and so do the flusher's sort
-// buffers once a flush is written, so a store keeps one index resident
+// buffers once a flush is written (and, after each flush, the C
+// allocator's free pages: Pebble's blocks come and go in C memory, and
+// glibc kept 72 MiB of it free at 100M keys; ctrim_cgo.go), so a store
+// keeps one index resident
 // between flushes and two only while one is written (in the Go heap the
 // collector's target added half again, and until session 6 an index was
 // recycled only once, so most handovers allocated a new 48 MiB index the
@@ -337,7 +340,9 @@
 //     comes from the page cache, which is not the process's memory: with
 //     the whole budget for blocks the cache held ~4 bytes per key of data
 //     blocks at 100M keys, read about once each.
-//   - Bloom filters, 10 bits per key (~1 % false positives), on every level.
+//   - Bloom filters on every level: Pebble's, 10 bits per key (~1 % false
+//     positives), for tables other than runs; runs carry the store's own
+//     (8 bits per key, filter.go).
 //   - No compression: the keys are random hashes after a shared 9-byte prefix
 //     that the columnar block format already strips; Snappy left the size
 //     unchanged (89 vs 87 MiB at 4M keys) and only costs CPU on reads.

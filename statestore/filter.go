@@ -20,7 +20,8 @@ import (
 // a run of 25M keys (one generation at 100M keys) held 100 MB of hashes,
 // which the Go runtime then kept as heap headroom. This one holds only the
 // filter itself: runFilterBitsPerKey, 8 bits (1 byte) per key, about
-// 2.5 % false positives (10 bits, 1 %, until session 7). It reads a run key's hash bits directly (they are uniform),
+// 2.5 % false positives (10 bits, 1 %, until session 7). It reads a run
+// key's hash bits directly (they are uniform),
 // other keys through FNV-1a.
 //
 // A run key's block is the high bits of its hash (v2): runs are written in

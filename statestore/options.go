@@ -33,12 +33,12 @@ type Options struct {
 	FS vfs.FS
 
 	// CacheSize is the size of the block cache in bytes. It should hold the
-	// sstable index and Bloom filter blocks of the whole store (about 1.3
-	// bytes per key for a 10 bits/key filter, plus ~1 % of the data for
-	// indexes) so that a Get costs at most one data-block read. Pebble
-	// charges memtables to its block cache and the store its indexes of
-	// recent keys; the store adds both on top, so CacheSize is all for
-	// blocks.
+	// run filters the store keeps in memory (1 byte per key, reserved in
+	// the cache, filter.go) and the sstable index blocks of the whole store
+	// (~1 % of the data) so that a Get costs at most one data-block read.
+	// Pebble charges memtables to its block cache and the store its indexes
+	// of recent keys; the store adds both on top, so CacheSize is all for
+	// filters and blocks.
 	//
 	// The default value is 128 MiB (DefaultCacheSize). It is ignored when
 	// Cache is set.

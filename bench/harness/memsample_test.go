@@ -36,6 +36,9 @@ func TestMemSamplerPhases(t *testing.T) {
 		if s.cache != cache {
 			t.Fatalf("phase %q: cache %d, want %d", s.phase, s.cache, cache)
 		}
+		if s.byRSS == 0 || s.by.goGoal == 0 || s.rss >= s.byRSS+breakdownStep {
+			t.Fatalf("phase %q: breakdown at RSS %d (GC goal %d) for a peak of %d: not read at the peak", s.phase, s.byRSS, s.by.goGoal, s.rss)
+		}
 		if !strings.Contains(s.String(), "in "+s.phase+":") {
 			t.Fatalf("String %q does not name the phase", s.String())
 		}
