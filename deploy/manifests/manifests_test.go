@@ -146,7 +146,7 @@ func TestCheckCatchesDisagreement(t *testing.T) {
 		{"shutdown timeout raised past the grace period", groupDir, func(s *Set) { job(s, "shutdown_timeout: 30s", "shutdown_timeout: 55s") }, "is not above commit.shutdown_timeout 55s"},
 		{"state volume mounted elsewhere", groupDir, func(s *Set) { ctr(s).VolumeMounts[0].MountPath = "/data" }, "state.dir /var/lib/dedupstream is not the mountPath"},
 		{"state.dir moved", groupDir, func(s *Set) { job(s, "dir: /var/lib/dedupstream", "dir: /var/lib/dedup") }, "state.dir /var/lib/dedup is not the mountPath"},
-		{"memory request off the rule", groupDir, func(s *Set) { ctr(s).Resources.Requests[corev1.ResourceMemory] = resource.MustParse("2Gi") }, "resources.requests.memory: the sizing rule gives 1455Mi"},
+		{"memory request off the rule", groupDir, func(s *Set) { ctr(s).Resources.Requests[corev1.ResourceMemory] = resource.MustParse("2Gi") }, "resources.requests.memory: the sizing rule gives 1450Mi"},
 		{"more partitions, same resources", groupDir, func(s *Set) { stsOf(s).Annotations[AnnotationPartitions] = "24" }, "requests.memory: the sizing rule gives"},
 		{"bigger memory budget, same resources", groupDir, func(s *Set) { job(s, "memory: 1GiB", "memory: 2GiB") }, "requests.memory: the sizing rule gives"},
 		{"cpu request off the rule", groupDir, func(s *Set) { ctr(s).Resources.Requests[corev1.ResourceCPU] = resource.MustParse("250m") }, "requests.cpu: the sizing rule gives 500m"},

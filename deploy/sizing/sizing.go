@@ -33,20 +33,22 @@ const (
 	WALMemTables = 3
 	// MemoryPerKeyBytes is the RSS per key in the window outside
 	// state.memory and the two indexes, Bloom front included: the front
-	// (2.15 B/key measured at 1 %), the Go collector's headroom over it
-	// (GOGC 50) and Pebble's C memory outside the block cache. Measured at
-	// 30M keys in one stage (docs/benchmarks.md, "Memory: blocks as reads
-	// need them", session 6): Go runtime 103 MiB plus other memory 129 MiB,
-	// less the indexes and sort buffers at their peak (112 MiB), over 30M
-	// keys: 4.2 B/key, rounded up. The blocks are inside state.memory: the
-	// shared cache holds the runs' filter and index blocks x1.5 (~2.4 B/key)
-	// plus 32 MiB, which a 512 MiB budget holds up to ~200M keys per
-	// instance. The whole RSS growth measured 9.3 B/key at 30M (14.1 before
-	// the cache followed the runs and the indexes left the Go heap; 15.5 was
-	// this figure then, with the budget counted apart). It is measured at a
-	// 1 % false-positive rate; BloomShareBytes of it is the Bloom front,
-	// which scales with -ln(rate).
-	MemoryPerKeyBytes = 4.5
+	// (2.15 B/key measured at 1 %), the Go heap and Pebble's C memory
+	// outside the block cache, with what glibc keeps free. Measured at
+	// 100M keys in one stage (docs/benchmarks.md, "Memory at 100M by
+	// owner", session 7): RSS peak 571 MiB less the process at start
+	// (27 MiB), the block cache (67 MiB) and the run filters (103 MiB),
+	// which are inside state.memory, and the indexes and sort buffers at
+	// their peak (69 MiB), over 100M keys: 3.2 B/key, rounded up. The
+	// run filters (1 B/key) and index blocks (x1.5, ~0.9 B/key) plus
+	// 32 MiB are inside state.memory, which a 512 MiB budget holds up to
+	// ~150M keys per instance. The whole RSS growth beyond the front was
+	// 3.6 B/key at 100M (7.4 in session 6, when the run filters were in
+	// the Go heap and counted twice in the cache's room; this figure was
+	// 4.5 then, measured at 30M). It is measured at a 1 % false-positive
+	// rate; BloomShareBytes of it is the Bloom front, which scales with
+	// -ln(rate).
+	MemoryPerKeyBytes = 3.5
 	// BloomShareBytes is the Bloom front per key at 1 % false positives
 	// (docs/benchmarks.md: 2.02 B/key).
 	BloomShareBytes = 2.02
