@@ -332,11 +332,13 @@
 //     CacheSize plus both. With a plain 128 MiB cache and 64 MiB memtables
 //     no block stayed cached and a Get cost 14 us instead of 4 us. A Budget
 //     instead gives every store of a process one shared cache
-//     (Options.Cache) whose capacity bounds blocks, indexes and memtables
-//     of all of them, with the index size planned from it (budget.go), and
-//     whose room for blocks follows what reads need: the filter and index
-//     blocks of the live runs (about 1.6 bytes per key) half again, plus
-//     32 MiB for data blocks. A confirming read's data block otherwise
+//     (Options.Cache) whose capacity bounds blocks, indexes, memtables
+//     and the run filters kept in memory (1 byte per key) of all of them,
+//     with the index size planned from it (budget.go), and whose room for
+//     blocks follows what reads need: the index blocks of the live runs
+//     (about 0.6 bytes per key at 100M), and the filter blocks of runs
+//     whose filter is not in memory, half again, plus 32 MiB for data
+//     blocks. A confirming read's data block otherwise
 //     comes from the page cache, which is not the process's memory: with
 //     the whole budget for blocks the cache held ~4 bytes per key of data
 //     blocks at 100M keys, read about once each.
