@@ -462,6 +462,11 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		err = r.prod.SendOffsets(ctx, r.group, offsets)
 	}
 	if err == nil {
+		// The topics must still have the counts the job started with
+		// (topicguard.go).
+		err = r.j.guard.confirm(ctx, time.Now())
+	}
+	if err == nil {
 		r.j.opts.failpoint(testhook.Produced)
 		if err = r.prod.Commit(ctx); err != nil {
 			r.doubt = &doubtfulCycle{pos: slices.Clone(pos), cycle: *cycle, openFor: time.Since(r.begun)}

@@ -38,6 +38,9 @@ type Hooks struct {
 	// StateEvery, when > 0, replaces the 10s interval at which a stage
 	// refreshes its state metrics (time.Nanosecond: on every commit).
 	StateEvery time.Duration
+	// TopicWatchEvery, when > 0, replaces the 30s interval at which a
+	// running job reads its topics' partition counts between commits.
+	TopicWatchEvery time.Duration
 }
 
 var set func(opts any, h Hooks)
