@@ -331,6 +331,9 @@ func (j *Job) Run(ctx context.Context) error {
 	if err == nil {
 		err = j.checkRouteRecord(ctx)
 	}
+	if err == nil {
+		err = j.checkOutputTopic(ctx, layout)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -183,6 +183,9 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 	if err := j.writeJobRecord(ctx, routeRecordKey, j.routeSettings()); err != nil && !errors.Is(err, errPartitionsTopicRefused) {
 		return ms, fmt.Errorf("job: migrate: %w", err)
 	}
+	if err := j.writeJobRecord(ctx, outputRecordKey, j.cfg.Output.Topic); err != nil && !errors.Is(err, errPartitionsTopicRefused) {
+		return ms, fmt.Errorf("job: migrate: %w", err)
+	}
 	return ms, nil
 }
 
@@ -222,7 +225,7 @@ func (j *Job) recordPartitions(ctx context.Context, n int) error {
 	for t, ps := range topics {
 		for _, op := range ps {
 			if op.Error == nil && op.CommittedOffset >= 0 {
-				commit.Topics[t] = append(commit.Topics[t], kafka.OffsetCommit{Partition: op.Partition, Offset: op.CommittedOffset, Metadata: offsetMeta(n)})
+				commit.Topics[t] = append(commit.Topics[t], kafka.OffsetCommit{Partition: op.Partition, Offset: op.CommittedOffset, Metadata: offsetMeta(n, j.cfg.Output.Topic, -1)})
 			}
 		}
 	}
