@@ -112,6 +112,9 @@ func (j *Job) checkPartitionCount(ctx context.Context, n int) error {
 // checkStatePartitions refuses a store laid out for another partition count
 // than the topics have: its keys belong to other partitions now.
 func (r *runner) checkStatePartitions(ck Checkpoint) error {
+	if err := r.checkStateOwner(ck); err != nil {
+		return err
+	}
 	if ck.Partitions == 0 || ck.Partitions == r.lay.partitions {
 		return nil
 	}
