@@ -446,6 +446,10 @@ func (r *runner) settle(ctx context.Context, cycle *Stats) error {
 // commit ends a cycle: input offsets into the transaction, EndTxn(commit),
 // then the store commit of the cycle's keys with the checkpoint.
 func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
+	// The partition-count check of this cycle (topicguard.go) starts now,
+	// after its last fetch, and runs while the produces are flushed.
+	since := time.Now()
+	r.j.guard.begin(ctx, since)
 	// Every produce of the cycle answered: the output offset is known.
 	err := r.prod.Flush(ctx)
 	if err == nil {
@@ -464,9 +468,8 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		err = r.prod.SendOffsets(ctx, r.group, offsets)
 	}
 	if err == nil {
-		// The topics must still have the counts the job started with
-		// (topicguard.go).
-		err = r.j.guard.confirm(ctx, time.Now())
+		// The topics must still have the counts the job started with.
+		err = r.j.guard.confirm(ctx, since)
 	}
 	if err == nil {
 		r.j.opts.failpoint(testhook.Produced)

@@ -105,6 +105,21 @@ func (g *topicGuard) confirm(ctx context.Context, since time.Time) error {
 	}
 }
 
+// begin starts, without waiting, the check a later confirm(ctx, since)
+// needs, so that its round trip overlaps the caller's own requests.
+func (g *topicGuard) begin(ctx context.Context, since time.Time) {
+	if g == nil {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.failed == nil && g.okSince.Before(since) && g.inflight == nil {
+		c := &guardCheck{start: time.Now(), done: make(chan struct{})}
+		g.inflight = c
+		go g.run(ctx, c)
+	}
+}
+
 // run performs check c and publishes its outcome.
 func (g *topicGuard) run(ctx context.Context, c *guardCheck) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.j.opts.RequestTimeout, 5*time.Second))
