@@ -122,13 +122,24 @@ func (g *topicGuard) begin(ctx context.Context, since time.Time) {
 
 // run performs check c and publishes its outcome.
 func (g *topicGuard) run(ctx context.Context, c *guardCheck) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.j.opts.RequestTimeout, 5*time.Second))
-	counts, err := fetch.PartitionCounts(rctx, g.j.client, g.names, g.j.cfg.Kafka.ClientID)
-	cancel()
-	if err != nil {
-		err = fmt.Errorf("check the topics' partition counts: %w", err)
-	} else {
-		err = g.compare(counts)
+	// A broker that does not answer (a restart, a moving leader) is asked
+	// again a few times before the commit waiting for it gives up.
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(g.j.opts.RequestTimeout, 5*time.Second))
+		var counts map[string]int
+		counts, err = fetch.PartitionCounts(rctx, g.j.client, g.names, g.j.cfg.Kafka.ClientID)
+		cancel()
+		if err != nil {
+			err = fmt.Errorf("check the topics' partition counts: %w", err)
+			continue
+		}
+		if err = g.compare(counts); err == nil || errors.As(err, new(*fatalError)) {
+			break
+		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
