@@ -41,6 +41,18 @@ func TestTopicGrowsWhileRunning(t *testing.T) {
 			t.Errorf("%d repeats in %d output records, want 0 in %d: replays routed under the new count were committed", repeats, total, len(before))
 		}
 	})
+	t.Run("replays after growth, group mode", func(t *testing.T) {
+		e := newEnv(t)
+		_, before, after := growWorkload(e, 2_000)
+		e.produce(before)
+		r := e.start(e.groupConfig("a"))
+		e.waitCommitted(r, 1, 90*time.Second)
+		growAndReplay(t, e, after)
+		refused(t, r, e.raw)
+		if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before) {
+			t.Errorf("%d repeats in %d output records, want 0 in %d: replays routed under the new count were committed", repeats, total, len(before))
+		}
+	})
 	t.Run("raw topic grown, idle job", func(t *testing.T) {
 		e := newEnv(t)
 		_, before, _ := growWorkload(e, 500)
