@@ -1,6 +1,7 @@
 package job_test
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +12,51 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
+// recreateTopic deletes topic and creates it again, empty, with n
+// partitions, as an operator does with kafka-topics --delete / --create.
+func recreateTopic(t *testing.T, e *env, topic string, n int32) {
+	t.Helper()
+	cl := kafkatest.NewClient(t, e.brokers, e.clientOpts...)
+	del := kmsg.NewPtrDeleteTopicsRequest()
+	dt := kmsg.NewDeleteTopicsRequestTopic()
+	dt.Topic = kmsg.StringPtr(topic)
+	del.Topics = append(del.Topics, dt)
+	del.TopicNames = []string{topic}
+	del.TimeoutMillis = 30_000
+	res, err := del.RequestWith(e.ctx(30*time.Second), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range res.Topics {
+		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
+			t.Fatalf("delete %s: %v", topic, err)
+		}
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		cr := kmsg.NewPtrCreateTopicsRequest()
+		ct := kmsg.NewCreateTopicsRequestTopic()
+		ct.Topic, ct.NumPartitions, ct.ReplicationFactor = topic, n, -1
+		cr.Topics = append(cr.Topics, ct)
+		cr.TimeoutMillis = 30_000
+		cres, err := cr.RequestWith(e.ctx(30*time.Second), cl)
+		if err == nil && kerr.ErrorForCode(cres.Topics[0].ErrorCode) == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("create %s again: %v %+v", topic, err, cres)
+		}
+	}
+	if err := kafkatest.WaitTopics(e.ctx(60*time.Second), cl, n, topic); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestStoreAheadOfOutput: the output topic is deleted and created again
-// while the state directory is kept. The store's checkpoint is then past
-// the new output's end; restoring or resuming from it would lose keys, so
-// the job must stop with a fatal error naming the directory to remove.
+// while the state directory is kept, and the group's offsets are gone too
+// (deleted, as when they expire), so only the store's checkpoint, past the
+// new output's end, tells. Restoring or resuming from it would lose keys,
+// so the job must stop with ErrTopics (exit 2) naming the directory and
+// dedupstream migrate.
 func TestStoreAheadOfOutput(t *testing.T) {
 	e := newEnv(t)
 	w := e.workload(31, 2_000, 0)
@@ -24,44 +66,13 @@ func TestStoreAheadOfOutput(t *testing.T) {
 	e.waitCommitted(r1, 1, 60*time.Second)
 	e.stop(r1)
 
-	cl := kafkatest.NewClient(t, e.brokers, e.clientOpts...)
-	del := kmsg.NewPtrDeleteTopicsRequest()
-	dt := kmsg.NewDeleteTopicsRequestTopic()
-	dt.Topic = kmsg.StringPtr(e.out)
-	del.Topics = append(del.Topics, dt)
-	del.TopicNames = []string{e.out}
-	del.TimeoutMillis = 30_000
-	res, err := del.RequestWith(e.ctx(30*time.Second), cl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range res.Topics {
-		if err := kerr.ErrorForCode(r.ErrorCode); err != nil {
-			t.Fatalf("delete %s: %v", e.out, err)
-		}
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		cr := kmsg.NewPtrCreateTopicsRequest()
-		ct := kmsg.NewCreateTopicsRequestTopic()
-		ct.Topic, ct.NumPartitions, ct.ReplicationFactor = e.out, partitions, -1
-		cr.Topics = append(cr.Topics, ct)
-		cr.TimeoutMillis = 30_000
-		cres, err := cr.RequestWith(e.ctx(30*time.Second), cl)
-		if err == nil && kerr.ErrorForCode(cres.Topics[0].ErrorCode) == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("create %s again: %v %+v", e.out, err, cres)
-		}
-	}
-	if err := kafkatest.WaitTopics(e.ctx(60*time.Second), cl, partitions, e.out); err != nil {
-		t.Fatal(err)
-	}
+	recreateTopic(t, e, e.out, partitions)
+	deleteGroup(t, e, e.jobID)
 	r2 := e.start(cfg)
-	err = r2.wait(t, 60*time.Second)
-	if err == nil || !strings.Contains(err.Error(), "is ahead of output") || !strings.Contains(err.Error(), job.StateDir(cfg.State.Dir, 0)[:len(cfg.State.Dir)]) ||
-		!strings.Contains(err.Error(), "remove the state directory") {
-		t.Fatalf("want a fatal error naming the state directory that is ahead of the recreated output, got %v", err)
+	err := r2.wait(t, 60*time.Second)
+	if !errors.Is(err, job.ErrTopics) || !strings.Contains(err.Error(), "is ahead of output") || !strings.Contains(err.Error(), job.StateDir(cfg.State.Dir, 0)[:len(cfg.State.Dir)]) ||
+		!strings.Contains(err.Error(), "dedupstream migrate") {
+		t.Fatalf("want ErrTopics naming the state directory that is ahead of the recreated output and dedupstream migrate, got %v", err)
 	}
 	t.Logf("refused with: %v", err)
 }

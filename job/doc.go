@@ -20,6 +20,13 @@
 // with the committed offsets, in each store and in the compacted topic
 // "<job.id>-partitions" (created by Run); a start under another count is
 // refused until Migrate rebuilt the state (partcount.go, partrecord.go).
+// The first records of that topic are claimed in a transaction of
+// "<job.id>-partitions", so instances starting a new job together agree
+// (recordclaim.go). A topic grown while the job runs stops it before any
+// record routed under the new count commits: every commit first checks the
+// counts (topicguard.go). The output topic is recorded there and with the
+// offsets, so a renamed or recreated output is refused (outputcheck.go),
+// as is a state directory copied from another partition (stateowner.go).
 // Dead-lettered records of
 // stage p go to DLQ partition p modulo the DLQ's partition count.
 //

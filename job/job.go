@@ -207,6 +207,7 @@ type Job struct {
 	parts map[int]*partMetrics // see metrics.go
 	mem   *memory              // see memory.go; set while Run runs
 	links *links               // see links.go
+	guard *topicGuard          // see topicguard.go; set while Run runs
 }
 
 // New checks that cfg is something this build can run and returns a Job.
@@ -330,6 +331,9 @@ func (j *Job) Run(ctx context.Context) error {
 	if err == nil {
 		err = j.checkRouteRecord(ctx)
 	}
+	if err == nil {
+		err = j.checkOutputTopic(ctx, layout)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -341,12 +345,14 @@ func (j *Job) Run(ctx context.Context) error {
 		return err
 	}
 	defer j.closeMemory()
+	ctx, stop := j.guardTopics(ctx, layout)
+	defer stop(nil)
 	if j.cfg.Assignment.Mode == "group" {
-		return j.runGroup(ctx, layout)
+		return guardStopped(ctx, j.runGroup(ctx, layout))
 	}
 	parts := j.cfg.Assignment.Partitions
 	j.addStats(func(s *Stats) { s.Assigned, s.Assignment = len(parts), true })
-	return j.runStages(ctx, parts, layout, sink.Group{ID: j.cfg.Job.ID})
+	return guardStopped(ctx, j.runStages(ctx, parts, layout, sink.Group{ID: j.cfg.Job.ID}))
 }
 
 // runStages runs a stage for each of parts until ctx ends or one fails; a
@@ -362,7 +368,9 @@ func (j *Job) runStages(ctx context.Context, parts []int, lay layout, group sink
 	)
 	fail := func(err error) {
 		mu.Lock()
-		errs = append(errs, err)
+		if !j.guard.reported(err, errs) { // every stage meets a changed count: say it once
+			errs = append(errs, err)
+		}
 		mu.Unlock()
 		cancel(err)
 	}

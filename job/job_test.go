@@ -253,8 +253,12 @@ func TestEndToEnd(t *testing.T) {
 			len(w.Records), w.Resends, w.Redeliveries, w.Poison)
 	}
 	r := e.start(e.config("0, 1, 2, 3"))
-	// Produce while the job runs, so that it sees many cycles and the
-	// replays meet keys committed long before.
+	// Produce while the job runs (ready: its start-up checks are done), so
+	// that it sees many cycles and the replays meet keys committed long
+	// before.
+	for deadline := time.Now().Add(30 * time.Second); !r.job.Ready() && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	for chunk := range slices.Chunk(w.Records, 1_000) {
 		e.produce(chunk)
 		time.Sleep(20 * time.Millisecond)

@@ -89,6 +89,14 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 			return ms, err
 		}
 	}
+	// After a route change the old route is not a function of the config
+	// any more, but every output record lies in the partition the old route
+	// gave its key: it also stays in the store of that partition, for input
+	// read again from before the change.
+	routeChanged, err := j.routeChanged(ctx)
+	if err != nil {
+		return ms, err
+	}
 	if err := j.openMemory(); err != nil {
 		return ms, err
 	}
@@ -144,10 +152,14 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 				if _, ok := runners[p]; ok {
 					groups[p], kept = append(groups[p], rec), true
 				}
+				po := -1
 				if routeOld != nil {
-					if po := routeOld(&rec); po != p && runners[po] != nil {
+					if po = routeOld(&rec); po != p && runners[po] != nil {
 						groups[po], kept = append(groups[po], rec), true
 					}
+				}
+				if routeChanged && q != p && q != po && runners[q] != nil {
+					groups[q], kept = append(groups[q], rec), true
 				}
 				if kept {
 					ms.Restored++
@@ -183,7 +195,24 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 	if err := j.writeJobRecord(ctx, routeRecordKey, j.routeSettings()); err != nil && !errors.Is(err, errPartitionsTopicRefused) {
 		return ms, fmt.Errorf("job: migrate: %w", err)
 	}
+	if err := j.writeJobRecord(ctx, outputRecordKey, j.cfg.Output.Topic); err != nil && !errors.Is(err, errPartitionsTopicRefused) {
+		return ms, fmt.Errorf("job: migrate: %w", err)
+	}
 	return ms, nil
+}
+
+// routeChanged reports whether the partitions topic records another route
+// than the config gives (false when it records none, or the job may not
+// read it).
+func (j *Job) routeChanged(ctx context.Context) (bool, error) {
+	v, _, err := j.readJobRecord(ctx, routeRecordKey)
+	if errors.Is(err, errPartitionsTopicRefused) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("job: migrate: %w", err)
+	}
+	return v != nil && string(v) != j.routeSettings(), nil
 }
 
 // migrationRoute returns the function that gives an output record's
@@ -222,7 +251,7 @@ func (j *Job) recordPartitions(ctx context.Context, n int) error {
 	for t, ps := range topics {
 		for _, op := range ps {
 			if op.Error == nil && op.CommittedOffset >= 0 {
-				commit.Topics[t] = append(commit.Topics[t], kafka.OffsetCommit{Partition: op.Partition, Offset: op.CommittedOffset, Metadata: offsetMeta(n)})
+				commit.Topics[t] = append(commit.Topics[t], kafka.OffsetCommit{Partition: op.Partition, Offset: op.CommittedOffset, Metadata: offsetMeta(n, j.cfg.Output.Topic, -1)})
 			}
 		}
 	}

@@ -19,22 +19,44 @@ import (
 const offsetMetaPrefix = "dedupstream partitions="
 
 // offsetMeta is the metadata committed with the input offsets of a job
-// whose stages' topics have n partitions.
-func offsetMeta(n int) string { return offsetMetaPrefix + strconv.Itoa(n) }
+// whose stages' topics have n partitions and which writes output topic
+// output, whose partition holds the stage's output up to next (exclusive;
+// -1: not known, as after a migration): "dedupstream partitions=N
+// output=TOPIC@NEXT". Topic names hold neither spaces nor '@'.
+func offsetMeta(n int, output string, next int64) string {
+	s := offsetMetaPrefix + strconv.Itoa(n) + " output=" + output
+	if next >= 0 {
+		s += "@" + strconv.FormatInt(next, 10)
+	}
+	return s
+}
 
-// parseOffsetMeta returns the partition count recorded in an offset's
-// metadata, or 0 when it records none (committed by an older build or by
-// another tool).
-func parseOffsetMeta(s string) int {
+// offsetMetadata is what the metadata of a committed input offset says.
+type offsetMetadata struct {
+	partitions int    // 0: none recorded (an older build, another tool)
+	output     string // "": not recorded (an older build)
+	outputNext int64  // -1: not recorded
+}
+
+// parseOffsetMeta reads the metadata of a committed input offset.
+func parseOffsetMeta(s string) offsetMetadata {
+	m := offsetMetadata{outputNext: -1}
 	rest, ok := strings.CutPrefix(s, offsetMetaPrefix)
 	if !ok {
-		return 0
+		return m
 	}
-	n, err := strconv.Atoi(rest)
-	if err != nil || n <= 0 {
-		return 0
+	count, out, _ := strings.Cut(rest, " ")
+	if n, err := strconv.Atoi(count); err == nil && n > 0 {
+		m.partitions = n
 	}
-	return n
+	if out, ok = strings.CutPrefix(out, "output="); ok {
+		topic, next, hasNext := strings.Cut(out, "@")
+		m.output = topic
+		if n, err := strconv.ParseInt(next, 10, 64); hasNext && err == nil && n >= 0 {
+			m.outputNext = n
+		}
+	}
+	return m
 }
 
 // ErrPartitionCount reports that the topics' partition count differs from
@@ -59,7 +81,7 @@ func (j *Job) recordedPartitions(ctx context.Context, n int) (int, error) {
 			if op.Error != nil || op.CommittedOffset < 0 {
 				continue
 			}
-			m := parseOffsetMeta(op.Metadata)
+			m := parseOffsetMeta(op.Metadata).partitions
 			if m == 0 {
 				continue
 			}
@@ -90,6 +112,9 @@ func (j *Job) checkPartitionCount(ctx context.Context, n int) error {
 // checkStatePartitions refuses a store laid out for another partition count
 // than the topics have: its keys belong to other partitions now.
 func (r *runner) checkStatePartitions(ck Checkpoint) error {
+	if err := r.checkStateOwner(ck); err != nil {
+		return err
+	}
 	if ck.Partitions == 0 || ck.Partitions == r.lay.partitions {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/internal/backoff"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -39,8 +40,14 @@ func PartitionsTopic(jobID string) string { return jobID + "-partitions" }
 func (j *Job) checkPartitionsRecord(ctx context.Context, n int) error {
 	recorded, err := j.readPartitionsRecord(ctx)
 	if err == nil && recorded == 0 {
-		err = j.writePartitionsRecord(ctx, n)
-		recorded = n
+		// Another instance may be recording its count right now: the
+		// claim writes ours only if none is there, and the count in force
+		// is read back (recordclaim.go).
+		j.opts.failpoint(testhook.JobRecordMissing)
+		var v []byte
+		if v, err = j.claimJobRecord(ctx, partitionsRecordKey, strconv.Itoa(n)); err == nil {
+			recorded, err = parsePartitionsRecord(PartitionsTopic(j.cfg.Job.ID), -1, v)
+		}
 	}
 	if errors.Is(err, errPartitionsTopicRefused) {
 		j.log.Warn("the partition count cannot be recorded; a changed count is detected only by the committed offsets and the local state",
@@ -70,6 +77,12 @@ func (j *Job) readPartitionsRecord(ctx context.Context) (int, error) {
 	if err != nil || v == nil {
 		return 0, err
 	}
+	return parsePartitionsRecord(topic, off, v)
+}
+
+// parsePartitionsRecord returns the count in the "partitions" record v,
+// read at offset off of topic (-1: unknown).
+func parsePartitionsRecord(topic string, off int64, v []byte) (int, error) {
 	n, err := strconv.Atoi(string(v))
 	if err != nil || n <= 0 {
 		return 0, fmt.Errorf("%w: topic %q, offset %d: the partition count record holds %q, not a count: write the topics' count there (key %q) or delete the topic",
@@ -118,25 +131,17 @@ func (j *Job) writePartitionsRecord(ctx context.Context, n int) error {
 }
 
 // writeJobRecord writes value under key to the partitions topic, creating
-// the topic (one partition, compacted, the cluster's default replication)
-// when it does not exist.
+// the topic when it does not exist. It overwrites: Migrate, run with every
+// instance stopped, records the new layout with it; a start records a
+// missing one with claimJobRecord instead.
 func (j *Job) writeJobRecord(ctx context.Context, key, value string) error {
 	topic := PartitionsTopic(j.cfg.Job.ID)
 	return j.retryAdmin(ctx, "record the "+key, func() error {
+		if err := j.createJobTopic(ctx); err != nil {
+			return err
+		}
 		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		cres, err := j.client.CreateTopics(rctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
-			Topic: topic, NumPartitions: 1, ReplicationFactor: -1,
-			ConfigEntries: []kafka.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: "compact"}},
-		}}})
-		if err == nil {
-			if err = cres.Errors[topic]; errors.Is(err, kafka.TopicAlreadyExists) {
-				err = nil
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("create topic %q: %w", topic, err)
-		}
 		pres, err := j.client.Produce(rctx, &kafka.ProduceRequest{
 			Topic: topic, Partition: 0, RequiredAcks: kafka.RequireAll,
 			Records: kafka.NewRecordReader(kafka.Record{Key: kafka.NewBytes([]byte(key)), Value: kafka.NewBytes([]byte(value))}),
@@ -151,6 +156,27 @@ func (j *Job) writeJobRecord(ctx context.Context, key, value string) error {
 	})
 }
 
+// createJobTopic creates the partitions topic (one partition, compacted,
+// the cluster's default replication) when it does not exist.
+func (j *Job) createJobTopic(ctx context.Context) error {
+	topic := PartitionsTopic(j.cfg.Job.ID)
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	cres, err := j.client.CreateTopics(rctx, &kafka.CreateTopicsRequest{Topics: []kafka.TopicConfig{{
+		Topic: topic, NumPartitions: 1, ReplicationFactor: -1,
+		ConfigEntries: []kafka.ConfigEntry{{ConfigName: "cleanup.policy", ConfigValue: "compact"}},
+	}}})
+	if err == nil {
+		if err = cres.Errors[topic]; errors.Is(err, kafka.TopicAlreadyExists) {
+			err = nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %q: %w", topic, err)
+	}
+	return nil
+}
+
 // retryAdmin runs op until it succeeds, retrying transient failures (a new
 // topic without a leader yet, a moving leader, a lost connection) with
 // backoff for the job's retry timeout. A refusal for lack of rights ends it
@@ -163,7 +189,8 @@ func (j *Job) retryAdmin(ctx context.Context, what string, op func() error) erro
 		switch {
 		case err == nil, errors.Is(err, ErrTopics):
 			return err
-		case errors.Is(err, kafka.TopicAuthorizationFailed), errors.Is(err, kafka.ClusterAuthorizationFailed):
+		case errors.Is(err, kafka.TopicAuthorizationFailed), errors.Is(err, kafka.ClusterAuthorizationFailed),
+			errors.Is(err, kafka.TransactionalIDAuthorizationFailed):
 			return fmt.Errorf("%s: %w: %w", what, errPartitionsTopicRefused, err)
 		}
 		if rerr := j.refusal(ctx, err); rerr != nil {

@@ -145,3 +145,41 @@ func waitStaged(t *testing.T, r *running, n uint64) {
 		time.Sleep(time.Second)
 	}
 }
+
+// TestRouteChangeAfterOffsetsExpire: the producers and input.partitioner
+// go from fnv1a to murmur2 while the job is stopped long enough for its
+// group's offsets to expire; migrate then finds no committed offset, so the
+// stores it builds have no input position and the stages read the raw
+// partitions again from the start, where the records still lie on their
+// fnv1a partitions. Each key must be remembered there too, not only on its
+// murmur2 partition: the output read back with kgo holds each key once.
+func TestRouteChangeAfterOffsetsExpire(t *testing.T) {
+	e := newEnv(t)
+	const keys = 2_000
+	var first []*kgo.Record
+	for i := range keys {
+		id := fmt.Sprintf("x-%d", i)
+		first = append(first, &kgo.Record{Topic: e.raw, Partition: int32(partition.FNV1aPartition([]byte(id), partitions)),
+			Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"msg":1}`, id)})
+	}
+	cfg := e.config("0, 1, 2, 3")
+	cfg.Input.Partitioner = "fnv1a"
+	e.produce(first)
+	r1 := e.start(cfg)
+	waitStaged(t, r1, keys)
+	e.stop(r1)
+
+	deleteGroup(t, e, e.jobID)
+	cfg2 := e.config("0, 1, 2, 3")
+	ms, err := job.Migrate(e.ctx(120*time.Second), cfg2, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	t.Logf("migrate: %+v", ms)
+	r2 := e.start(cfg2)
+	waitStaged(t, r2, keys)
+	e.stop(r2)
+	if repeats, total := countRepeats(t, e, partitions); repeats != 0 || total != keys {
+		t.Errorf("%d repeats in %d output records, want 0 in %d: the input read again from the start passed keys migrate kept only on their new partition", repeats, total, keys)
+	}
+}

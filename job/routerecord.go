@@ -51,8 +51,9 @@ func (j *Job) checkRouteRecord(ctx context.Context) error {
 	route := j.routeSettings()
 	v, _, err := j.readJobRecord(ctx, routeRecordKey)
 	if err == nil && v == nil {
-		err = j.writeJobRecord(ctx, routeRecordKey, route)
-		v = []byte(route)
+		// As for the partition count, the claim writes ours only if no
+		// other instance's is there, and the route in force is read back.
+		v, err = j.claimJobRecord(ctx, routeRecordKey, route)
 	}
 	if errors.Is(err, errPartitionsTopicRefused) {
 		j.log.Warn("the route cannot be recorded; a changed dedup.key, input.partitioning or input.partitioner is not detected",

@@ -324,9 +324,8 @@ func (r *runner) recover(ctx context.Context) error {
 		}
 	}
 	if from > offs.LastStable {
-		return fatalf("state %s is ahead of output %s/%d (checkpoint output offset %d, last stable offset %d): "+
-			"the output topic was recreated or truncated; remove the state directory to rebuild it from the output",
-			r.j.stateDir(r.p), r.j.cfg.Output.Topic, r.p, from, offs.LastStable)
+		return &fatalError{r.j.otherOutput(fmt.Sprintf("state %s is ahead of output %s/%d (checkpoint output offset %d, last stable offset %d): "+
+			"the output topic was deleted and created again, or truncated", r.j.stateDir(r.p), r.j.cfg.Output.Topic, r.p, from, offs.LastStable))}
 	}
 	if from < offs.Earliest {
 		r.log.Warn("output records the store has not seen were deleted by retention; their keys cannot be restored",
@@ -447,19 +446,30 @@ func (r *runner) settle(ctx context.Context, cycle *Stats) error {
 // commit ends a cycle: input offsets into the transaction, EndTxn(commit),
 // then the store commit of the cycle's keys with the checkpoint.
 func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
-	offsets := make([]sink.Offset, 0, len(pos))
-	for i, off := range pos {
-		if off >= 0 {
-			offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off, Metadata: offsetMeta(r.lay.partitions)})
-		}
-	}
+	// The partition-count check of this cycle (topicguard.go) starts now,
+	// after its last fetch, and runs while the produces are flushed.
+	since := time.Now()
+	r.j.guard.begin(ctx, since)
 	// Every produce of the cycle answered: the output offset is known.
 	err := r.prod.Flush(ctx)
 	if err == nil {
 		if next := r.prod.NextOffset(r.j.cfg.Output.Topic, int32(r.p)); next >= 0 {
 			r.outNext = next
 		}
+		// The metadata names the output and its end after this cycle
+		// (outputcheck.go).
+		meta := offsetMeta(r.lay.partitions, r.j.cfg.Output.Topic, r.outNext)
+		offsets := make([]sink.Offset, 0, len(pos))
+		for i, off := range pos {
+			if off >= 0 {
+				offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off, Metadata: meta})
+			}
+		}
 		err = r.prod.SendOffsets(ctx, r.group, offsets)
+	}
+	if err == nil {
+		// The topics must still have the counts the job started with.
+		err = r.j.guard.confirm(ctx, since)
 	}
 	if err == nil {
 		r.j.opts.failpoint(testhook.Produced)

@@ -24,6 +24,12 @@ const (
 	Committed = "committed"
 	// Restored: one batch was restored from the output; more may follow.
 	Restored = "restored"
+	// JobRecordMissing: the job's start found no partition count in the
+	// partitions topic and is about to claim it.
+	JobRecordMissing = "job-record-missing"
+	// JobRecordClaim: a claim of a partitions topic record found none and
+	// opened its transaction; the record is not written yet.
+	JobRecordClaim = "job-record-claim"
 )
 
 // Hooks are the points a test may take over. The zero value takes none.
@@ -38,6 +44,9 @@ type Hooks struct {
 	// StateEvery, when > 0, replaces the 10s interval at which a stage
 	// refreshes its state metrics (time.Nanosecond: on every commit).
 	StateEvery time.Duration
+	// TopicWatchEvery, when > 0, replaces the 30s interval at which a
+	// running job reads its topics' partition counts between commits.
+	TopicWatchEvery time.Duration
 }
 
 var set func(opts any, h Hooks)
