@@ -14,6 +14,9 @@ import (
 //	metadata: 0x00 name
 //	run key:  0x01 gen(8, big-endian) run(8, big-endian) hash(16, big-endian)
 //
+// A run key names a pack of the run: hash is the pack's last hash
+// (packs.go).
+//
 // Metadata sorts before every bucket, so a DeleteRange over buckets never
 // touches it, and the bucket keyspace is the single span [0x01, 0x02). Each
 // run of a generation is its own key range 0x01+gen+run, which no other run
@@ -41,9 +44,10 @@ var (
 
 // layoutVersion is stored in the format key; bump it on an incompatible
 // change of the key or value encoding. Layout 1 kept one key per hash in a
-// generation bucket written through the memtable; layout 2 keeps sorted runs
-// (see doc.go).
-const layoutVersion = 2
+// generation bucket written through the memtable; layout 2 kept sorted runs
+// of one Pebble key per hash; layout 3 keeps sorted runs in packs of
+// hashes, one Pebble key per pack (packs.go, doc.go).
+const layoutVersion = 3
 
 const (
 	formatFlagVersionMode = 1 << 0

@@ -22,9 +22,6 @@ import (
 //   - keys/s and cpu-us/key over the whole fill and over its last tenth
 //     (last-keys/s: the cost per key at that store size), background work
 //     included (the fill ends with the store settled);
-//   - for "runs", one-iter-confirm-cpu-ns and one-iter-miss-cpu-ns: the same
-//     reads on the same store through the reader this store had before per-run
-//     iterators (one iterator over the whole store per 2000 reads);
 //   - confirm-cpu-ns: the CPU time of one confirming read of a present key
 //     of a random generation (a duplicate), through one Reader per 2000
 //     reads as the stage does; miss-cpu-ns: a read of an absent key (a
@@ -201,61 +198,6 @@ func layoutFill(b *testing.B, ls layoutStore, n int) {
 	}
 	b.ReportMetric(float64(probe(false, 0).Nanoseconds()), "confirm-cpu-ns")
 	b.ReportMetric(float64(probe(true, 0).Nanoseconds()), "miss-cpu-ns")
-	// Reader candidates measured on the same store, same keys.
-	if rl, ok := ls.(*runsLayout); ok {
-		saved := ls
-		ls = &oneIterReader{s: rl.s}
-		b.ReportMetric(float64(probe(false, 1).Nanoseconds()), "one-iter-confirm-cpu-ns")
-		b.ReportMetric(float64(probe(true, 1).Nanoseconds()), "one-iter-miss-cpu-ns")
-		ls = saved
-		// The store's reader again, on fresh keys: the order of the
-		// passes does not favour either.
-		b.ReportMetric(float64(probe(false, 2).Nanoseconds()), "confirm2-cpu-ns")
-	}
-}
-
-// oneIterReader is the Reader before per-run iterators, kept to measure
-// against: one Pebble iterator over the whole store per 2000 reads, every
-// run probed through it (so consecutive probes switch sstables inside it).
-type oneIterReader struct {
-	layoutStore
-	s      *Store
-	it     *pebble.Iterator
-	opts   pebble.IterOptions
-	active *memIndex
-	imm    *memIndex
-	runs   *runSet
-	key    [bucketKeyLen]byte
-}
-
-func (r *oneIterReader) openReader() (err error) {
-	r.opts.UseL6Filters = true
-	r.s.viewMu.RLock()
-	defer r.s.viewMu.RUnlock()
-	r.active, r.imm, r.runs = r.s.active, r.s.imm, r.s.runs.Load()
-	r.it, err = r.s.db.NewIter(&r.opts)
-	return err
-}
-
-func (r *oneIterReader) closeReader() error { return r.it.Close() }
-
-func (r *oneIterReader) lookup(gen uint64, h partition.Hash) (bool, error) {
-	if _, ok := r.active.get(gen, h); ok {
-		return true, nil
-	}
-	if _, ok := r.imm.get(gen, h); ok {
-		return true, nil
-	}
-	for _, run := range r.runs.of(gen) {
-		putRunKey(r.key[:], gen, run.id, h)
-		if r.it.SeekPrefixGE(r.key[:]) {
-			return true, nil
-		}
-		if err := r.it.Error(); err != nil {
-			return false, err
-		}
-	}
-	return false, nil
 }
 
 // runsLayout is layout 2: the Store itself.

@@ -185,9 +185,13 @@ type loadPart struct {
 	id     uint64 // the run's
 	keys   uint64 // at most: the sum of the sources' segments
 	path   string
+	// runKeys sizes the filter: the run's keys in all its parts, so that
+	// the parts' filters are of one size and OR into the run's.
+	runKeys uint64
 	// Set by the writer.
 	written uint64
 	bytes   uint64
+	filter  *memFilter
 }
 
 // writeLoad merges the spills and job.loaded (the newest source) into one
@@ -230,16 +234,16 @@ func (s *Store) writeLoad(job *flushJob) error {
 		id := s.allocRun() // the merger hands out ids too
 		n := counts[gen].n
 		if n[0]+n[1] >= loadSplitKeys {
-			parts = append(parts, &loadPart{gen: gen, halves: []uint8{0}, id: id, keys: n[0]},
-				&loadPart{gen: gen, halves: []uint8{1}, id: id, keys: n[1]})
+			parts = append(parts, &loadPart{gen: gen, halves: []uint8{0}, id: id, keys: n[0], runKeys: n[0] + n[1]},
+				&loadPart{gen: gen, halves: []uint8{1}, id: id, keys: n[1], runKeys: n[0] + n[1]})
 		} else {
-			parts = append(parts, &loadPart{gen: gen, halves: []uint8{0, 1}, id: id, keys: n[0] + n[1]})
+			parts = append(parts, &loadPart{gen: gen, halves: []uint8{0, 1}, id: id, keys: n[0] + n[1], runKeys: n[0] + n[1]})
 		}
 	}
 	for i, p := range parts {
 		p.path = fs.PathJoin(s.dir, ingestDir, fmt.Sprintf("%06d-%03d.sst", p.id, i))
 	}
-	wo := s.po.MakeWriterOptions(6, s.db.TableFormat())
+	wo := s.runWriterOptions()
 	// Two goroutines (this one and a helper) take parts in turn.
 	var (
 		nextPart atomic.Int64
@@ -281,14 +285,28 @@ func (s *Store) writeLoad(job *flushJob) error {
 			// The second half of the run before.
 			continue
 		}
-		r := run{gen: p.gen, id: p.id, lo: p.id, hi: p.id}
+		r := run{gen: p.gen, id: p.id, lo: p.id, hi: p.id, filter: p.filter}
 		for _, q := range parts[i:] {
 			if q.id != p.id {
 				break
 			}
 			r.keys += q.written
 			r.bytes += q.bytes
+			if q != p {
+				err := orFilters(p.filter.f, q.filter.f)
+				q.filter.unref() // its bits are in p's now
+				if err != nil {
+					return fmt.Errorf("loaded run %d: %w", p.id, err)
+				}
+			}
 		}
+		// The run's filter, once its parts' are combined, in an sstable of
+		// its own that sorts after them (packs.go).
+		fp := fs.PathJoin(s.dir, ingestDir, fmt.Sprintf("%06d-flt.sst", p.id))
+		if err := s.writeFilterTable(fp, p.gen, p.id, p.filter.f); err != nil {
+			return fmt.Errorf("write the filter of loaded run %d: %w", p.id, err)
+		}
+		paths = append(paths, fp)
 		written = append(written, r)
 	}
 	if len(paths) > 0 {
@@ -336,7 +354,6 @@ func (s *Store) writeLoadPart(p *loadPart, spills []spillFile, mem []memEntry, m
 	if err != nil {
 		return fmt.Errorf("create loaded run %d: %w", p.id, err)
 	}
-	wo.FilterPolicy = runFilter{keys: max(p.keys, 1)}
 	w := sstable.NewWriter(objstorageprovider.NewFileWritable(out), wo)
 	closed := false
 	defer func() {
@@ -344,17 +361,10 @@ func (s *Store) writeLoadPart(p *loadPart, spills []spillFile, mem []memEntry, m
 			_ = w.Close()
 		}
 	}()
-	var key [bucketKeyLen]byte
-	var val [maxValueLen]byte
-	vm := s.opts.VersionMode
+	pw := newPackWriter(w, p.gen, p.id, s.opts.packKeysOrDefault(), s.opts.VersionMode, p.runKeys)
 	emit := func(h partition.Hash, v uint64) error {
-		putRunKey(key[:], p.gen, p.id, h)
-		var vb []byte
-		if vm {
-			vb = val[:binary.PutUvarint(val[:], v)]
-		}
 		p.written++
-		return w.Set(key[:], vb)
+		return pw.add(h, v)
 	}
 	var m loadMerge
 	for _, half := range p.halves {
@@ -369,7 +379,7 @@ func (s *Store) writeLoadPart(p *loadPart, spills []spillFile, mem []memEntry, m
 					return fmt.Errorf("open load spill: %w", err)
 				}
 			}
-			m.addFile(files[i], sg, recLen, vm)
+			m.addFile(files[i], sg, recLen, s.opts.VersionMode)
 		}
 		if sg, ok := findSeg(memSegs, p.gen, half); ok {
 			m.addMem(mem[sg.off : sg.off+sg.n])
@@ -378,6 +388,10 @@ func (s *Store) writeLoadPart(p *loadPart, spills []spillFile, mem []memEntry, m
 			return fmt.Errorf("write loaded run %d: %w", p.id, err)
 		}
 	}
+	if err := pw.flush(); err != nil {
+		return fmt.Errorf("write loaded run %d: %w", p.id, err)
+	}
+	p.filter = pw.finishFilter()
 	closed = true
 	if err := w.Close(); err != nil {
 		return fmt.Errorf("write loaded run %d: %w", p.id, err)

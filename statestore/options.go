@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -111,6 +110,19 @@ type Options struct {
 	// merge, when set, replaces the merge policy (defaultMergePolicy), for
 	// the merge measurements in the benchmarks.
 	merge mergePolicy
+
+	// packKeys, when set, replaces the pack size (defaultPackKeys: hashes
+	// per Pebble KV of a run, packs.go), for the layout measurements in the
+	// benchmarks.
+	packKeys int
+}
+
+// packKeysOrDefault is the pack size runs are written with.
+func (o *Options) packKeysOrDefault() int {
+	if o.packKeys <= 0 {
+		return defaultPackKeys
+	}
+	return min(o.packKeys, maxPackKeys)
 }
 
 func (o *Options) applyDefaults() {
@@ -229,21 +241,17 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.
 		// it soon after a range deletion instead.
 		FlushDelayDeleteRange: 10 * time.Second,
 	}
-	// Runs carry a filter of their own, sized when written (filter.go).
-	po.Filters = map[string]pebble.FilterPolicy{runFilterName: runFilter{}, runFilterNameV1: runFilter{v1: true}}
 	// Larger L0 files: a flush of a 64 MiB memtable yields ~4 files instead
 	// of ~30 at Pebble's 2 MiB default, fewer files for every later
 	// compaction and Get to consider. Deeper levels double from there.
 	po.TargetFileSizes[0] = 16 << 20
 	for i := range po.Levels {
 		l := &po.Levels[i]
-		// A Bloom filter on every level: a Lookup probes several
-		// generations and finds the key in at most one, and a false
-		// positive of the Bloom front is in none; without filters each such
-		// probe reads a data block per level. Reads use the last level's
-		// filters too (see reader in store.go).
-		l.FilterPolicy = bloom.FilterPolicy(bloomBitsPerKey)
-		l.FilterType = pebble.TableFilter
+		// No Pebble filters (layout 3): a run's keys are its packs' last
+		// hashes, which no lookup asks for; a run's filter is the store's
+		// own, built from its hashes and kept in memory (filter.go,
+		// packs.go). The metadata keys are a handful.
+		l.FilterPolicy = pebble.NoFilterPolicy
 		// Keys are 128-bit hashes: after the shared bucket prefix (which the
 		// columnar block format strips) they are random bytes that no
 		// compressor shrinks. Snappy: 89 MiB vs 87 MiB at 4M keys; it would

@@ -46,7 +46,8 @@ type runIter struct {
 	gen, id uint64
 	filter  *memFilter // the run's filter in memory, or nil
 	it      *pebble.Iterator
-	lo, hi  [runPrefixLen]byte
+	lo      [runPrefixLen]byte
+	hi      [filterKeyPrefixLen]byte // the packs' bound: the filter follows
 	opts    pebble.IterOptions
 	// Pebble appends one filter to PointKeyFilters for every sstable it
 	// opens; with room for it here that append does not allocate.
@@ -123,13 +124,10 @@ func (rd *Reader) refresh() error {
 					ri.filter = r.filter
 				}
 				putRunPrefix(ri.lo[:], r.gen, r.id)
-				putRunPrefix(ri.hi[:], r.gen, r.id+1)
-				// A run whose filter is in memory is probed there first:
-				// Pebble's copy would only be read (and cached) again.
-				ri.opts = pebble.IterOptions{LowerBound: ri.lo[:], UpperBound: ri.hi[:], UseL6Filters: ri.filter == nil}
-				if r.id == ^uint64(0) {
-					ri.opts.UpperBound = genEnd(r.gen)
-				}
+				putFilterPrefix(ri.hi[:], r.gen, r.id)
+				// The run's filter is in memory (runs carry none in
+				// Pebble): a lookup seeks only runs that may hold its key.
+				ri.opts = pebble.IterOptions{LowerBound: ri.lo[:], UpperBound: ri.hi[:]}
 				ri.opts.PointKeyFilters = ri.filters[:0]
 				err := s.read(func() (err error) {
 					ri.it, err = s.db.NewIter(&ri.opts)
@@ -244,19 +242,15 @@ func (rd *Reader) probe() error {
 		if ri.filter != nil && !ri.filter.mayContain(rd.key[:]) {
 			continue
 		}
-		it := ri.it
-		// The comparer's Split is the whole key, so a prefix seek is an
-		// exact-match probe that can use the sstable Bloom filters.
-		if it.SeekPrefixGE(rd.key[:]) {
-			v, err := it.ValueAndErr()
-			if err == nil {
-				rd.version, err = decodeVersion(v)
-			}
-			rd.found = err == nil
+		// The only pack of the run that can hold h is the first whose
+		// last hash is h or above: one seek, one binary search.
+		v, found, err := lookupPack(ri.it, rd.key[:], h)
+		if err != nil {
 			return err
 		}
-		if err := it.Error(); err != nil {
-			return err
+		if found {
+			rd.found, rd.version = true, v
+			return nil
 		}
 	}
 	return nil

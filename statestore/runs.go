@@ -210,34 +210,44 @@ func decodeRuns(v []byte) (*runSet, error) {
 // them into its own directory. Leftovers of a crash are removed at Open.
 const ingestDir = "ingest"
 
-// runWriter writes the sorted keys of one run into sstables: one, or (for
-// a merge under a split policy) several of at most mergePolicy.splitKeys
-// keys each, consecutive in key order.
+// runWriter writes the sorted keys of one run into sstables, as packs
+// (packs.go): one, or (for a merge under a split policy) several of at most
+// mergePolicy.splitKeys keys each, consecutive in key order. It builds the
+// run's filter from the hashes themselves: the sstables carry no filter of
+// their own (a pack's key is not a hash a lookup asks for).
 type runWriter struct {
 	s      *Store
 	paths  []string
 	w      *sstable.Writer
+	pw     *packWriter
 	inFile uint64 // keys in w
 	split  uint64 // keys per sstable (0: one sstable)
-	keys   uint64 // keys the run's filters are sized for
 	r      run
-	key    [bucketKeyLen]byte
-	val    [maxValueLen]byte
-	filter *memFilter // the filter of a run of one sstable, once finished
 }
 
 // newRunWriter starts leaf run id of gen (mergeRuns sets its leaf range),
-// in sstables of at most split keys (0: one sstable), whose filters are
-// sized for keys keys in all (more are accepted, at a higher false-positive
-// rate).
+// in sstables of at most split keys (0: one sstable), whose filter is sized
+// for keys keys (more are accepted, at a higher false-positive rate).
 func (s *Store) newRunWriter(gen, id, keys, split uint64) (*runWriter, error) {
-	rw := &runWriter{s: s, r: run{gen: gen, id: id, lo: id, hi: id}, keys: keys, split: split}
+	rw := &runWriter{s: s, r: run{gen: gen, id: id, lo: id, hi: id}, split: split}
+	rw.pw = newPackWriter(nil, gen, id, s.opts.packKeysOrDefault(), s.opts.VersionMode, keys)
 	return rw, rw.next()
+}
+
+// runWriterOptions are the sstable writer options of runs: no filter
+// block (the run's filter is the store's own, built from the hashes).
+func (s *Store) runWriterOptions() sstable.WriterOptions {
+	wo := s.po.MakeWriterOptions(6, s.db.TableFormat())
+	wo.FilterPolicy = pebble.NoFilterPolicy
+	return wo
 }
 
 // next closes the current sstable, if any, and starts the next one.
 func (rw *runWriter) next() error {
 	if rw.w != nil {
+		if err := rw.pw.flush(); err != nil {
+			return fmt.Errorf("write run %d: %w", rw.r.id, err)
+		}
 		if err := rw.w.Close(); err != nil {
 			return fmt.Errorf("write run %d: %w", rw.r.id, err)
 		}
@@ -250,24 +260,10 @@ func (rw *runWriter) next() error {
 		return fmt.Errorf("create run %d: %w", rw.r.id, err)
 	}
 	rw.paths = append(rw.paths, path)
-	wo := rw.s.po.MakeWriterOptions(6, rw.s.db.TableFormat())
-	wo.FilterPolicy = runFilter{keys: rw.fileKeys(), keep: &rw.filter}
-	rw.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), wo)
+	rw.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), rw.s.runWriterOptions())
+	rw.pw.w = rw.w
 	rw.inFile = 0
 	return nil
-}
-
-// fileKeys is how many keys the next sstable's filter is sized for: the
-// keys the run has left, or fewer when the run is split.
-func (rw *runWriter) fileKeys() uint64 {
-	left := uint64(0)
-	if rw.keys > rw.r.keys {
-		left = rw.keys - rw.r.keys
-	}
-	if rw.split > 0 {
-		left = min(left, rw.split)
-	}
-	return max(left, 1)
 }
 
 // add appends h; keys must come in ascending hash order without repeats.
@@ -277,18 +273,21 @@ func (rw *runWriter) add(h partition.Hash, version uint64) error {
 			return err
 		}
 	}
-	putRunKey(rw.key[:], rw.r.gen, rw.r.id, h)
-	var v []byte
-	if rw.s.opts.VersionMode {
-		v = rw.val[:binary.PutUvarint(rw.val[:], version)]
-	}
 	rw.r.keys++
 	rw.inFile++
-	return rw.w.Set(rw.key[:], v)
+	return rw.pw.add(h, version)
 }
 
-// finish closes (and syncs) the sstables and returns the run they hold.
+// finish closes (and syncs) the sstables and returns the run they hold,
+// with its filter.
 func (rw *runWriter) finish() (run, error) {
+	if err := rw.pw.flush(); err != nil {
+		return run{}, fmt.Errorf("write run %d: %w", rw.r.id, err)
+	}
+	rw.r.filter = rw.pw.finishFilter()
+	if err := setFilterChunks(rw.w, rw.r.gen, rw.r.id, rw.r.filter.f); err != nil {
+		return run{}, fmt.Errorf("write run %d: %w", rw.r.id, err)
+	}
 	if err := rw.w.Close(); err != nil {
 		return run{}, fmt.Errorf("write run %d: %w", rw.r.id, err)
 	}
@@ -297,9 +296,6 @@ func (rw *runWriter) finish() (run, error) {
 		if fi, err := rw.s.opts.FS.Stat(p); err == nil {
 			rw.r.bytes += uint64(fi.Size())
 		}
-	}
-	if len(rw.paths) == 1 && rw.filter != nil {
-		rw.r.filter = rw.filter
 	}
 	return rw.r, nil
 }
@@ -786,15 +782,17 @@ func (s *Store) recordMerge(runs []run, r run, paths []string) error {
 	return nil
 }
 
-// runCursor iterates one run in hash order. Its Pebble calls go through
-// via: Store.read for a scan on the caller's behalf, nil for a merge,
-// which runs on the worker already and calls Pebble directly.
+// runCursor iterates one run in hash order, a pack at a time. Its Pebble
+// calls go through via: Store.read for a scan on the caller's behalf, nil
+// for a merge, which runs on the worker already and calls Pebble directly.
 type runCursor struct {
 	it  *pebble.Iterator
 	via func(func() error) error
 	// step is advance as a func value made once, for via (nil: on the
 	// worker, advance is called directly).
 	step func() error
+	pack packView // the current pack (aliases the iterator's value)
+	i    int      // the current hash's index in pack
 	ok   bool
 	h    partition.Hash
 	v    uint64
@@ -806,7 +804,8 @@ func (s *Store) openRunCursor(r run, via func(func() error) error) (*runCursor, 
 		c.step = c.advance
 	}
 	open := func() (err error) {
-		c.it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: runStart(r.gen, r.id), UpperBound: runEnd(r.gen, r.id)})
+		// The packs only: the filter's chunks follow them.
+		c.it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: runStart(r.gen, r.id), UpperBound: filterStart(r.gen, r.id)})
 		if err == nil {
 			c.ok = c.it.First()
 			err = c.load()
@@ -825,11 +824,12 @@ func (s *Store) openRunCursor(r run, via func(func() error) error) (*runCursor, 
 	return c, nil
 }
 
+// load decodes the pack at the iterator and moves to its first hash.
 func (c *runCursor) load() error {
 	if !c.ok {
 		return c.it.Error()
 	}
-	_, _, h, ok := parseRunKey(c.it.Key())
+	_, _, last, ok := parseRunKey(c.it.Key())
 	if !ok {
 		return fmt.Errorf("corrupt key %x", c.it.Key())
 	}
@@ -837,17 +837,28 @@ func (c *runCursor) load() error {
 	if err != nil {
 		return err
 	}
-	c.h = h
-	c.v, err = decodeVersion(v)
-	return err
+	if c.pack, err = decodePack(v); err != nil {
+		return err
+	}
+	if c.pack.hash(c.pack.n-1) != last {
+		return fmt.Errorf("corrupt pack %x: its last hash is %x", c.it.Key(), c.pack.hashes[len(c.pack.hashes)-16:])
+	}
+	c.i = 0
+	c.h, c.v = c.pack.hash(0), c.pack.version(0)
+	return nil
 }
 
 // next advances c. A merge's cursors (via nil) step in place: handing a
-// closure to via cost an allocation per key and cursor.
+// closure to via cost an allocation per key and cursor. Within a pack no
+// Pebble call is made.
 func (c *runCursor) next() error {
+	if c.i+1 < c.pack.n {
+		c.i++
+		c.h, c.v = c.pack.hash(c.i), c.pack.version(c.i)
+		return nil
+	}
 	if c.step == nil {
-		c.ok = c.it.Next()
-		return c.load()
+		return c.advance()
 	}
 	return c.via(c.step)
 }

@@ -316,6 +316,9 @@ func (s *Store) load() (err error) {
 			return err
 		}
 	}
+	if err := s.loadFilters(rs); err != nil {
+		return err
+	}
 	return s.recoverLogs()
 }
 
@@ -334,7 +337,7 @@ func (s *Store) removeOrphans(rs *runSet) error {
 	}
 	var orphans [][2]uint64
 	for ok := it.First(); ok; {
-		gen, id, _, valid := parseRunKey(it.Key())
+		gen, id, valid := parseRunOf(it.Key())
 		if !valid {
 			_ = it.Close()
 			return fmt.Errorf("statestore: corrupt key %x", it.Key())

@@ -28,10 +28,15 @@ func keyOf(i, j uint64) partition.Hash {
 // small memtables so that flushes and compactions actually happen.
 //
 // Merges use the default policy with a fanout of 4, so that the few runs a
-// small test makes are merged, and merged again.
+// small test makes are merged, and merged again; runs are written in packs
+// of testPackKeys hashes, so that every run of a test spans many packs.
 func testOptions(fs vfs.FS) Options {
-	return Options{FS: fs, CacheSize: 8 << 20, MemTableSize: 256 << 10, merge: testMergePolicy()}
+	return Options{FS: fs, CacheSize: 8 << 20, MemTableSize: 256 << 10, merge: testMergePolicy(), packKeys: testPackKeys}
 }
+
+// testPackKeys is the pack size of the tests' stores: small and odd, so
+// that pack boundaries fall anywhere.
+const testPackKeys = 7
 
 func testMergePolicy() mergePolicy {
 	p := defaultMergePolicy
