@@ -256,3 +256,63 @@ func TestOpenRefusesLayout2(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadSplitRunFilter loads a generation big enough to be written as
+// two sstables (hash halves, on two goroutines, each building a filter
+// that writeLoad combines) and checks that every key is found through the
+// run's filter, before and after a reopen (which reads it back), and that
+// absent keys mostly end at it.
+func TestLoadSplitRunFilter(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := testOptions(fs)
+	opts.MemTableSize = 4 << 20
+	s := mustOpen(t, "db", opts)
+	const n = loadSplitKeys + 5000
+	b := s.NewBatch()
+	for i := range uint64(n) {
+		b.Put(4, keyOf(6, i), 0)
+	}
+	if _, err := s.Load(b, State{Generation: 4}); err != nil {
+		t.Fatal(err)
+	}
+	check := func(s *Store, when string) {
+		t.Helper()
+		runs := s.runs.Load().of(4)
+		if len(runs) != 1 || runs[0].keys != n || runs[0].filter == nil {
+			t.Fatalf("%s: want one run of %d keys with its filter in memory, have %+v", when, n, runs)
+		}
+		for i := range uint64(n) {
+			if !runs[0].filter.mayContain(runKeyOf(4, runs[0].id, keyOf(6, i))) {
+				t.Fatalf("%s: key %d is not in the run's filter", when, i)
+			}
+		}
+		absent := 0
+		for i := range uint64(10000) {
+			if runs[0].filter.mayContain(runKeyOf(4, runs[0].id, keyOf(7, i))) {
+				absent++
+			}
+		}
+		if absent > 300 {
+			t.Fatalf("%s: %d of 10000 absent keys pass the filter", when, absent)
+		}
+		for i := uint64(0); i < n; i += 97 {
+			if _, found, err := s.Get(4, keyOf(6, i)); err != nil || !found {
+				t.Fatalf("%s: key %d: found %t, %v", when, i, found, err)
+			}
+		}
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	check(s, "loaded")
+	mustClose(t, s)
+	s = mustOpen(t, "db", opts)
+	defer mustClose(t, s)
+	check(s, "reopened")
+}
+
+func runKeyOf(gen, id uint64, h partition.Hash) []byte {
+	k := make([]byte, bucketKeyLen)
+	putRunKey(k, gen, id, h)
+	return k
+}
