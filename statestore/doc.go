@@ -6,7 +6,7 @@
 // output from the checkpoint the store holds, so the store may lose recent
 // commits but must never be inconsistent.
 //
-// # Layout (format 2)
+// # Layout (format 3)
 //
 // Pebble's files live in dir/db; the commit logs (dir/commits-NNNNNN.log)
 // and the sstables being written (dir/ingest) next to it. A new store is
@@ -21,13 +21,21 @@
 // 48 MiB at 64 MiB) it is handed to a background flusher and a new one
 // starts. The flusher sorts references to the keys (8 bytes each, buffers
 // kept across flushes; a sorted copy of the entries cost 64 bytes per key
-// of garbage) and writes them, one generation at a time, as a sorted run: an sstable written directly (no memtable, no WAL) whose keys
-// are 33 bytes, 0x01, the generation (8 bytes big-endian), the run id (8
-// bytes, a counter across the store), the hash (16 bytes). A run's key range
-// overlaps no other run, so Pebble ingests it straight into the last level
-// and never compacts it: a key is written once when its run is made, and
-// again only when runs are merged. Values are empty in mode "first" and a
-// uvarint version in mode "version". Metadata lives under the prefix 0x00,
+// of garbage) and writes them, one generation at a time, as a sorted run: an
+// sstable written directly (no memtable, no WAL). A run holds its hashes in
+// packs (packs.go): one Pebble KV per 64 consecutive hashes of the run,
+// whose key is 33 bytes, 0x01, the generation (8 bytes big-endian), the run
+// id (8 bytes, a counter across the store) and the pack's LAST hash (16
+// bytes), and whose value is a tag byte, the pack's hashes back to back (16
+// bytes each, big-endian) and in mode "version" one 8-byte version per hash
+// after them. SeekGE(0x01 gen run h) thus lands on the only pack of the run
+// that can hold h, and a binary search in its value answers. After the
+// packs, under 0x01 gen run 0xff*16 'f' chunk, the run's filter (below) in
+// chunks of 1 MiB, so that a reopened store reads it back into memory. A
+// run's key range overlaps no other run, so Pebble ingests it straight
+// into the last level and never compacts it: a key is written once when
+// its run is made, and again only when runs are merged. Metadata lives
+// under the prefix 0x00,
 // which sorts before every bucket: the state record (Seq, Generation,
 // opaque Checkpoint), the expiry floor, the format (layout version and mode;
 // a store refuses to open in the other mode) and the run registry (every
@@ -66,9 +74,10 @@
 // newest leaf, which is the order their keys were committed in: of a key in
 // several runs (version mode) the first holds its newest version.
 //
-// A store of layout 1 (one key per hash written through the memtable,
-// before this layout) is refused with an error that names its directory:
-// remove it and the job restores the store from the output topic.
+// A store of layout 1 (one key per hash written through the memtable) or
+// layout 2 (runs of one Pebble key per hash, before packs) is refused with
+// an error that names its directory: remove it and the job restores the
+// store from the output topic (TestOpenRefusesLayout2).
 //
 // # Why this layout (measured)
 //
@@ -276,30 +285,31 @@
 //
 // Get and Lookup do not allocate. Per generation they ask the index of
 // recent keys, the index being flushed, then the generation's runs newest
-// first, stopping at the first hit, each with one prefix seek that uses the
-// run's sstable Bloom filter (Pebble's own DB.Get skips the filters of the
-// last level, where every run lives, so each miss would read a data block).
-// A run's filter is the store's own (filter.go): a blocked Bloom filter of
-// 8 bits per key (2.5 % false positives measured; 10 bits, 0.94-1.0 %,
-// until session 7) sized when the run
-// is written, so a merge holds 1 byte per key of its output where
-// Pebble's writer held a 4-byte hash per key until the table ended. A run
-// key's filter block is taken from its hash's high bits (filter v2), so a
+// first, stopping at the first hit: the run's filter in memory, then, if
+// it may hold the key, one SeekGE to the pack that can hold it and a binary
+// search in the pack. A run's filter is the store's own (filter.go): a
+// blocked Bloom filter of 8 bits per key (2.5 % false positives measured;
+// 10 bits, 0.94-1.0 %, until session 7) sized when the run is written and
+// set from its hashes as the run writer takes them (the sstables carry no
+// Pebble filter: a pack's key is no hash a lookup asks for), so a merge
+// holds 1 byte per key of its output where Pebble's writer held a 4-byte
+// hash per key until the table ended. A run key's filter block is taken
+// from its hash's high bits (filter v2), so a
 // run, written in hash order, sets its filter block after block: the
 // filter writer cost 270-500 ns per key at 1M-8M keys with v1's random
 // blocks, 75-120 ns with v2 (BenchmarkRunFilterWrite), and the 30M sweep's
-// flushes 20 % less CPU. Tables of v1 are still read.
+// flushes 20 % less CPU.
 //
 // The store keeps the filter of every run it writes in memory, off the Go
 // heap (reserved in the block cache, so the cache shrinks by 1 byte per
 // key; unmapped when the run is merged or expired and the last Reader
-// holding it let go, filter.go) and probes
-// a run there before entering Pebble: a miss of a run no longer costs an
-// iterator seek to Pebble's filter block (about 1.5 us per run), and those
-// runs' iterators skip Pebble's filter, whose blocks then stay out of the
-// cache. BenchmarkMergePolicy, 4M keys, 16 runs: a miss 4.3 us before,
-// 2.3 us with the filters in memory (one run each, machine at load 25).
-// Runs written before an Open are probed through Pebble's filter.
+// holding it let go, filter.go) and probes a run there before entering
+// Pebble: a miss of a run costs no iterator seek (in layout 2, Pebble's
+// filter block: about 1.5 us per run). BenchmarkMergePolicy, 4M keys, 16
+// runs: a miss 4.3 us before, 2.3 us with the filters in memory (layout 2,
+// one run each, machine at load 25). Open reads every run's filter back
+// from its chunks (1 byte per key: 10 MB at 10M keys); a run without a
+// readable filter is probed by seeking it, which is correct, only slower.
 //
 // A Reader keeps one Pebble iterator per run, bounded to the run's key
 // range, and is meant to live long: the stage keeps one and refreshes it
@@ -342,9 +352,11 @@
 //     comes from the page cache, which is not the process's memory: with
 //     the whole budget for blocks the cache held ~4 bytes per key of data
 //     blocks at 100M keys, read about once each.
-//   - Bloom filters on every level: Pebble's, 10 bits per key (~1 % false
-//     positives), for tables other than runs; runs carry the store's own
-//     (8 bits per key, filter.go).
+//   - No Pebble filters: runs carry the store's own (above), and what
+//     Pebble writes itself is metadata. Blocks of 4 KiB (Pebble's default):
+//     a confirming read reads one, which holds about 4 packs of 64; 16 KiB
+//     blocks measured worse for confirms (BenchmarkMergePolicy
+//     "pack64-block16k", see "Why this layout").
 //   - No compression: the keys are random hashes after a shared 9-byte prefix
 //     that the columnar block format already strips; Snappy left the size
 //     unchanged (89 vs 87 MiB at 4M keys) and only costs CPU on reads.

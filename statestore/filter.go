@@ -229,9 +229,8 @@ func (w *runFilterWriter) Finish(dst []byte) []byte {
 // its generation). Its bytes are counted by the block cache while the run
 // is live (a reservation: a Budget counts it among the stores' own memory,
 // a cache of the store's own shrinks by it), 1.25 bytes per key; Pebble
-// then no longer caches these runs' filter blocks (their iterators skip
-// Pebble's filter). Runs written before an Open have none and are probed
-// through Pebble's filter.
+// carries none for runs (layout 3): Open reads each run's filter back
+// from the chunks its run writer stored after its packs (packs.go).
 //
 // A filter of memFilterMapMin bytes or more lives outside the Go heap
 // (memalloc.go), where the collector neither counts it toward its target

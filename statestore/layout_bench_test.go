@@ -52,10 +52,13 @@ func BenchmarkLayout(b *testing.B) {
 		name string
 		open func(b *testing.B) layoutStore
 	}{
-		{"runs", func(b *testing.B) layoutStore {
-			l := &runsLayout{s: benchOpen(b, Options{})}
-			b.Cleanup(func() { _ = l.rd.Close() }) // before the store's Close
-			return l
+		{"runs", func(b *testing.B) layoutStore { return openRunsLayout(b, Options{}) }},
+		{"pack1", func(b *testing.B) layoutStore { return openRunsLayout(b, Options{packKeys: 1}) }},
+		{"pack16", func(b *testing.B) layoutStore { return openRunsLayout(b, Options{packKeys: 16}) }},
+		{"pack64", func(b *testing.B) layoutStore { return openRunsLayout(b, Options{packKeys: 64}) }},
+		{"pack256", func(b *testing.B) layoutStore { return openRunsLayout(b, Options{packKeys: 256}) }},
+		{"pack64-block16k", func(b *testing.B) layoutStore {
+			return openRunsLayout(b, Options{packKeys: 64, tune: blockSize(16 << 10)})
 		}},
 		{"memtable", func(b *testing.B) layoutStore { return openMemtableLayout(b, nil) }},
 		{"memtable-l0-8-conc-2", func(b *testing.B) layoutStore {
@@ -161,6 +164,9 @@ func layoutFill(b *testing.B, ls layoutStore, n int) {
 	b.ReportMetric(float64(elCPU.Nanoseconds())/1e3/float64(n), "cpu-us/key")
 	b.ReportMetric(float64(n/10)/last.Seconds(), "last-keys/s")
 	b.ReportMetric(float64(lastC.Nanoseconds())/1e3/float64(n/10), "last-cpu-us/key")
+	if rl, ok := ls.(*runsLayout); ok {
+		b.ReportMetric(runDiskBytes(rl.s, n), "disk-B/key")
+	}
 
 	const reads, perReader = 20_000, 2000
 	// Each pass reads its own keys (offset), so that no pass finds the
@@ -200,7 +206,34 @@ func layoutFill(b *testing.B, ls layoutStore, n int) {
 	b.ReportMetric(float64(probe(true, 0).Nanoseconds()), "miss-cpu-ns")
 }
 
-// runsLayout is layout 2: the Store itself.
+func openRunsLayout(b *testing.B, o Options) *runsLayout {
+	l := &runsLayout{s: benchOpen(b, o)}
+	b.Cleanup(func() { _ = l.rd.Close() }) // before the store's Close
+	return l
+}
+
+// blockSize sets the sstable block size of the runs.
+func blockSize(n int) func(*pebble.Options) {
+	return func(po *pebble.Options) {
+		for i := range po.Levels {
+			po.Levels[i].BlockSize = n
+		}
+	}
+}
+
+// runDiskBytes is the bytes of the live runs' sstables per key of n.
+func runDiskBytes(s *Store, n int) float64 {
+	var total uint64
+	for _, runs := range s.runs.Load().gens {
+		for _, r := range runs {
+			total += r.bytes
+		}
+	}
+	return float64(total) / float64(n)
+}
+
+// runsLayout is the store itself (layout 3: runs in packs; packKeys 1 is
+// a pack per hash, like layout 2).
 type runsLayout struct {
 	s     *Store
 	batch *Batch

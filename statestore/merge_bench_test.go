@@ -62,24 +62,38 @@ func BenchmarkMergePolicy(b *testing.B) {
 	const memTable = 2 << 20
 	base := (&Options{MemTableSize: memTable}).memKeys()
 	variants := []struct {
-		name string
-		p    mergePolicy
+		name      string
+		p         mergePolicy
+		packKeys  int // 0: the default
+		blockSize int // 0: the default
 	}{
-		{"fanout4", mergePolicy{fanout: 4}},
-		{"fanout8", mergePolicy{fanout: 8}},
-		{"fanout16", mergePolicy{fanout: 16}},
-		{"cap16", mergePolicy{fanout: 4, maxKeys: 16 * base}},
-		{"split4", mergePolicy{fanout: 4, splitKeys: 4 * base}},
-		{"fanout8-split4", mergePolicy{fanout: 8, splitKeys: 4 * base}},
-		{"fanout8-excise", mergePolicy{fanout: 8, excise: true}},
-		{"fanout8-inline", mergePolicy{fanout: 8, excise: true, inline: true}},
-		{"leaves", mergePolicy{fanout: 8, excise: true, maxKeys: base}},
+		{"fanout4", mergePolicy{fanout: 4}, 0, 0},
+		{"fanout8", mergePolicy{fanout: 8}, 0, 0},
+		{"fanout16", mergePolicy{fanout: 16}, 0, 0},
+		{"cap16", mergePolicy{fanout: 4, maxKeys: 16 * base}, 0, 0},
+		{"split4", mergePolicy{fanout: 4, splitKeys: 4 * base}, 0, 0},
+		{"fanout8-split4", mergePolicy{fanout: 8, splitKeys: 4 * base}, 0, 0},
+		{"fanout8-excise", mergePolicy{fanout: 8, excise: true}, 0, 0},
+		{"fanout8-inline", mergePolicy{fanout: 8, excise: true, inline: true}, 0, 0},
+		{"leaves", mergePolicy{fanout: 8, excise: true, maxKeys: base}, 0, 0},
+		// The default policy in packs of 1 (a Pebble KV per hash, like
+		// layout 2), 16, 64 (the default) and 256 hashes, and 64 in 16 KiB
+		// blocks.
+		{"pack1", mergePolicy{fanout: 8, excise: true}, 1, 0},
+		{"pack16", mergePolicy{fanout: 8, excise: true}, 16, 0},
+		{"pack64", mergePolicy{fanout: 8, excise: true}, 64, 0},
+		{"pack256", mergePolicy{fanout: 8, excise: true}, 256, 0},
+		{"pack64-block16k", mergePolicy{fanout: 8, excise: true}, 64, 16 << 10},
 	}
 	variants = pickNamed(os.Getenv("MERGE_VARIANTS"), variants, func(i int) string { return variants[i].name })
 	for _, vr := range variants {
 		b.Run(fmt.Sprintf("keys=%s/%s", countName(n), vr.name), func(b *testing.B) {
 			for b.Loop() {
-				s := benchOpen(b, Options{MemTableSize: memTable, CacheSize: 16 << 20, merge: vr.p})
+				o := Options{MemTableSize: memTable, CacheSize: 16 << 20, merge: vr.p, packKeys: vr.packKeys}
+				if vr.blockSize > 0 {
+					o.tune = blockSize(vr.blockSize)
+				}
+				s := benchOpen(b, o)
 				mergeFill(b, s, n, 4)
 			}
 		})
@@ -120,6 +134,7 @@ func mergeFill(b *testing.B, s *Store, n, gens int) {
 		runs += len(rs)
 	}
 	b.ReportMetric(float64(runs), "runs")
+	b.ReportMetric(runDiskBytes(s, n), "disk-B/key")
 	// Pebble's own compactions (layout 2 means to leave it nothing to
 	// compact), and quiet before the reads so that their CPU is theirs.
 	time.Sleep(100 * time.Millisecond)

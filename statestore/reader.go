@@ -191,8 +191,9 @@ func (rd *Reader) hold(active, imm *memIndex) {
 // Bloom front names them) and returns the first one holding h, with its
 // version in version mode. Within a generation the keys committed since
 // the last run are answered from memory; then the runs are probed newest
-// first, each through its own iterator with one prefix seek that the
-// run's sstable Bloom filter answers for most misses.
+// first: the run's filter in memory answers most misses, and a run that
+// may hold h is sought through its own iterator, one SeekGE to the pack
+// that can hold h and a binary search in it (packs.go).
 func (rd *Reader) Lookup(h partition.Hash, gens []uint64) (gen, version uint64, found bool, err error) {
 	if err := rd.s.usable(); err != nil {
 		return 0, 0, false, err
