@@ -338,7 +338,9 @@ func cmpErr(first, err error) error {
 
 // writeLoadPart writes part p: a k-way merge of its segments in every
 // spill (oldest first) and in mem (the newest), the newest version of each
-// key, into one sstable whose filter is sized for p.keys.
+// key, into one sstable of packs (packs.go); the filter it builds
+// (p.filter) is sized for the whole run (p.runKeys), so that writeLoad can
+// combine the filters of a run's two parts.
 func (s *Store) writeLoadPart(p *loadPart, spills []spillFile, mem []memEntry, memSegs []spillSeg, wo sstable.WriterOptions) (err error) {
 	fs := s.opts.FS
 	recLen := s.spillRecLen()
