@@ -9,7 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/partition"
@@ -356,7 +355,7 @@ func (s *Store) writeLoadPart(p *loadPart, spills []spillFile, mem []memEntry, m
 	if err != nil {
 		return fmt.Errorf("create loaded run %d: %w", p.id, err)
 	}
-	w := sstable.NewWriter(objstorageprovider.NewFileWritable(out), wo)
+	w := sstable.NewWriter(newRunWritable(out, s.opts.runWriteBuf), wo)
 	closed := false
 	defer func() {
 		if !closed {

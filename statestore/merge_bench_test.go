@@ -84,12 +84,17 @@ func BenchmarkMergePolicy(b *testing.B) {
 		{"pack64", mergePolicy{fanout: 8, excise: true}, 64, 0},
 		{"pack256", mergePolicy{fanout: 8, excise: true}, 256, 0},
 		{"pack64-block16k", mergePolicy{fanout: 8, excise: true}, 64, 16 << 10},
+		// Run sstables written through Pebble's 4 KiB file buffer.
+		{"pack64-buf4k", mergePolicy{fanout: 8, excise: true}, 64, 0},
 	}
 	variants = pickNamed(os.Getenv("MERGE_VARIANTS"), variants, func(i int) string { return variants[i].name })
 	for _, vr := range variants {
 		b.Run(fmt.Sprintf("keys=%s/%s", countName(n), vr.name), func(b *testing.B) {
 			for b.Loop() {
 				o := Options{MemTableSize: memTable, CacheSize: 16 << 20, merge: vr.p, packKeys: vr.packKeys}
+				if vr.name == "pack64-buf4k" {
+					o.runWriteBuf = 4096
+				}
 				if vr.blockSize > 0 {
 					o.tune = blockSize(vr.blockSize)
 				}

@@ -115,6 +115,9 @@ type Options struct {
 	// per Pebble KV of a run, packs.go), for the layout measurements in the
 	// benchmarks.
 	packKeys int
+	// runWriteBuf, when set, replaces the write buffer of run sstables
+	// (runWriteBuf), for the measurements in the benchmarks.
+	runWriteBuf int
 }
 
 // packKeysOrDefault is the pack size runs are written with.

@@ -1,11 +1,11 @@
 package statestore
 
 import (
+	"bufio"
 	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/partition"
@@ -328,10 +328,51 @@ func (s *Store) writeFilterTable(path string, gen, id uint64, f []byte) error {
 	if err != nil {
 		return err
 	}
-	w := sstable.NewWriter(objstorageprovider.NewFileWritable(out), s.runWriterOptions())
+	w := sstable.NewWriter(newRunWritable(out, s.opts.runWriteBuf), s.runWriterOptions())
 	if err := setFilterChunks(w, gen, id, f); err != nil {
 		_ = w.Close()
 		return err
 	}
 	return w.Close()
 }
+
+// runWriteBuf is the write buffer of a run's sstable file: Pebble's own
+// file writable buffers 4 KiB, one write system call per data block
+// (10.5 s of the 100M sweep's 232 s of CPU samples were those writes).
+const runWriteBuf = 256 << 10
+
+// runWritable is an sstable's output file with a write buffer of
+// runWriteBuf bytes (Options.runWriteBuf in benchmarks).
+type runWritable struct {
+	file vfs.File
+	bw   *bufio.Writer
+}
+
+// newRunWritable wraps f, buffering size bytes (0: runWriteBuf).
+func newRunWritable(f vfs.File, size int) *runWritable {
+	if size <= 0 {
+		size = runWriteBuf
+	}
+	return &runWritable{file: f, bw: bufio.NewWriterSize(f, size)}
+}
+
+// Write implements objstorage.Writable.
+func (w *runWritable) Write(p []byte) error {
+	_, err := w.bw.Write(p)
+	return err
+}
+
+// Finish implements objstorage.Writable: flush, sync, close.
+func (w *runWritable) Finish() error {
+	err := w.bw.Flush()
+	if err == nil {
+		err = w.file.Sync()
+	}
+	if cerr := w.file.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Abort implements objstorage.Writable.
+func (w *runWritable) Abort() { _ = w.file.Close() }

@@ -9,7 +9,6 @@ import (
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/partition"
@@ -260,7 +259,7 @@ func (rw *runWriter) next() error {
 		return fmt.Errorf("create run %d: %w", rw.r.id, err)
 	}
 	rw.paths = append(rw.paths, path)
-	rw.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), rw.s.runWriterOptions())
+	rw.w = sstable.NewWriter(newRunWritable(f, rw.s.opts.runWriteBuf), rw.s.runWriterOptions())
 	rw.pw.w = rw.w
 	rw.inFile = 0
 	return nil
