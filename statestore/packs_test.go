@@ -47,8 +47,6 @@ func noFilters(rd *Reader) {
 	}
 }
 
-func lessHash(a, b partition.Hash) bool { return a.Hi < b.Hi || (a.Hi == b.Hi && a.Lo < b.Lo) }
-
 // TestPackLookupEdges writes runs in packs of 7 and looks up, in every
 // pack, its first and last hash (present) and the hashes just outside it:
 // one below its first, one above its last, which lie between two packs or
@@ -125,7 +123,7 @@ func TestPackLookupEdges(t *testing.T) {
 				below, above := first, last
 				below.Lo-- // first.Lo > 0 for these keys
 				above.Lo++
-				if _, ok := want[below]; !ok && (i == 0 || lessHash(packs[i-1][len(packs[i-1])-1], below)) {
+				if _, ok := want[below]; !ok && (i == 0 || lessHash(&packs[i-1][len(packs[i-1])-1], &below)) {
 					check(below, false, fmt.Sprintf("just below pack %d", i))
 				}
 				if _, ok := want[above]; !ok {
@@ -139,7 +137,7 @@ func TestPackLookupEdges(t *testing.T) {
 			seen := 0
 			var prev partition.Hash
 			err = s.ScanGeneration(3, func(h partition.Hash, v uint64) error {
-				if seen > 0 && !lessHash(prev, h) {
+				if seen > 0 && !lessHash(&prev, &h) {
 					return fmt.Errorf("scan out of order: %x after %x", h, prev)
 				}
 				if w, ok := want[h]; !ok || (vm && v != w) {
