@@ -2,8 +2,10 @@ package statestore
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -261,6 +263,14 @@ func TestOpenRefusesLayout2(t *testing.T) {
 // run's filter, before and after a reopen (which reads it back), and that
 // absent keys mostly end at it.
 func TestLoadSplitRunFilter(t *testing.T) {
+	// Its filters (64 KiB and more) live off the heap until the closed
+	// stores are collected: free them before the next test, whose
+	// off-heap accounting is process-wide (TestRunFiltersOffHeapFreed).
+	t.Cleanup(func() {
+		runtime.GC()
+		runtime.GC()
+		time.Sleep(100 * time.Millisecond)
+	})
 	fs := vfs.NewMem()
 	opts := testOptions(fs)
 	opts.MemTableSize = 4 << 20
