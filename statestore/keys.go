@@ -3,7 +3,6 @@ package statestore
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"math"
 
 	"github.com/dedupstream/dedupstream/partition"
@@ -109,21 +108,6 @@ func parseRunKey(k []byte) (gen, id uint64, h partition.Hash, ok bool) {
 		return 0, 0, partition.Hash{}, false
 	}
 	return binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:17]), partition.HashFromBytes(k[17:33]), true
-}
-
-// maxValueLen is the longest value: a uvarint version.
-const maxValueLen = binary.MaxVarintLen64
-
-// decodeVersion reads a value. Empty values (mode "first") read as 0.
-func decodeVersion(v []byte) (uint64, error) {
-	if len(v) == 0 {
-		return 0, nil
-	}
-	x, n := binary.Uvarint(v)
-	if n <= 0 || n != len(v) {
-		return 0, fmt.Errorf("statestore: corrupt value %x", v)
-	}
-	return x, nil
 }
 
 // State encoding: version byte, uvarint Seq, uvarint Generation, then the

@@ -193,10 +193,6 @@ func (o *Options) indexReservation() uint64 {
 	return memReservedBytes(o.memKeys())
 }
 
-// bloomBitsPerKey gives a ~1 % false-positive rate per sstable; a Get miss
-// then touches a data block in ~1 % of the tables it consults.
-const bloomBitsPerKey = 10
-
 // pebbleOptions translates Options into Pebble's. Each choice is explained
 // where it is made; the numbers behind them are in the package documentation
 // ("Pebble options") and were measured with the benchmarks in this package.
