@@ -250,12 +250,7 @@ func TestBudgetBlocksFollowRuns(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	s.wmu.Lock()
-	err = s.awaitFlush()
-	s.wmu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitFlushed(t, s)
 	need, largest, kept := s.runs.Load().blockNeed()
 	if kept < keys*int64(runFilterBitsPerKey)/8 {
 		t.Fatalf("runs keep %d bytes of filters in memory, less than %d bits for each of %d keys", kept, runFilterBitsPerKey, keys)

@@ -42,12 +42,7 @@ func TestTrimReturnsFreedCMemory(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	s.wmu.Lock()
-	err := s.awaitFlush()
-	s.wmu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitFlushed(t, s)
 	for i := range keys {
 		if _, ok, err := s.Get(1, keys[i]); err != nil || !ok {
 			t.Fatalf("key %d: %v, found %t", i, err, ok)

@@ -62,12 +62,7 @@ func TestFlushedIndexReleased(t *testing.T) {
 		put(c)
 		c++
 	}
-	s.wmu.Lock()
-	err := s.awaitFlush()
-	s.wmu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitFlushed(t, s)
 	spare := s.spare.Load()
 	if spare == nil {
 		t.Fatal("no spare index after a flush no Reader held")
@@ -139,12 +134,7 @@ func TestIndexesRecycledEveryFlush(t *testing.T) {
 			}
 		}
 	}
-	s.wmu.Lock()
-	err := s.awaitFlush()
-	s.wmu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitFlushed(t, s)
 	if err := s.OpenReader(&rd); err != nil { // releases what it held
 		t.Fatal(err)
 	}
@@ -179,12 +169,7 @@ func TestRunFiltersOffHeapFreed(t *testing.T) {
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	s.wmu.Lock()
-	err := s.awaitFlush()
-	s.wmu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitFlushed(t, s)
 	var rd Reader
 	defer rd.Close()
 	if err := s.OpenReader(&rd); err != nil {
@@ -218,12 +203,7 @@ func TestRunFiltersOffHeapFreed(t *testing.T) {
 	if err := s.Expire(2); err != nil {
 		t.Fatal(err)
 	}
-	s.wmu.Lock()
-	err = s.awaitFlush()
-	s.wmu.Unlock()
-	if err != nil {
-		t.Fatal(err)
-	}
+	waitFlushed(t, s)
 	if len(s.runs.Load().of(1)) != 0 {
 		t.Fatal("generation 1 still has runs after its expiry")
 	}

@@ -72,15 +72,7 @@ func TestPackLookupEdges(t *testing.T) {
 			if err := s.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			s.wmu.Lock()
-			if err := s.handOver(false); err != nil {
-				t.Fatal(err)
-			}
-			err := s.awaitFlush()
-			s.wmu.Unlock()
-			if err != nil {
-				t.Fatal(err)
-			}
+			writeRuns(t, s)
 			want := map[partition.Hash]uint64{}
 			for i := range uint64(n) {
 				want[keyOf(5, i)] = i + 1
@@ -138,7 +130,7 @@ func TestPackLookupEdges(t *testing.T) {
 			}
 			seen := 0
 			var prev partition.Hash
-			err = s.ScanGeneration(3, func(h partition.Hash, v uint64) error {
+			err := s.ScanGeneration(3, func(h partition.Hash, v uint64) error {
 				if seen > 0 && !lessHash(&prev, &h) {
 					return fmt.Errorf("scan out of order: %x after %x", h, prev)
 				}
@@ -184,15 +176,7 @@ func TestPackVersionsNewestWins(t *testing.T) {
 		if _, err := s.Commit(b, State{Generation: 2}); err != nil {
 			t.Fatal(err)
 		}
-		s.wmu.Lock()
-		if err := s.handOver(false); err != nil {
-			t.Fatal(err)
-		}
-		err := s.awaitFlush()
-		s.wmu.Unlock()
-		if err != nil {
-			t.Fatal(err)
-		}
+		writeRuns(t, s)
 	}
 	check := func(s *Store, when string) {
 		t.Helper()

@@ -101,25 +101,18 @@ func TestMemIndexReuse(t *testing.T) {
 			}
 		}
 	}
-	awaitFlush := func() {
-		s.wmu.Lock()
-		defer s.wmu.Unlock()
-		if err := s.awaitFlush(); err != nil {
-			t.Fatal(err)
-		}
-	}
 	var rd Reader
 	if err := s.OpenReader(&rd); err != nil {
 		t.Fatal(err)
 	}
 	first := s.active
 	fill(0)
-	awaitFlush()
+	waitFlushed(t, s)
 	if s.spare.Load() != nil {
 		t.Fatal("an index a Reader holds was offered for reuse")
 	}
 	fill(1000)
-	awaitFlush()
+	waitFlushed(t, s)
 	if s.active == first {
 		t.Fatal("an index a Reader holds was reused")
 	}
@@ -142,7 +135,7 @@ func TestMemIndexReuse(t *testing.T) {
 	if !reused {
 		t.Fatal("the offered index was not reused")
 	}
-	awaitFlush()
+	waitFlushed(t, s)
 	for _, c := range []uint64{0, 1000, 2000} {
 		if _, found, err := s.Get(1, keyOf(c, 3)); err != nil || !found {
 			t.Fatalf("key %d lost: %t %v", c, found, err)

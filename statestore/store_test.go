@@ -658,3 +658,13 @@ func writeRuns(t testing.TB, s *Store) {
 		t.Fatal(err)
 	}
 }
+
+// waitFlushed waits until the index handed over last is in runs.
+func waitFlushed(t testing.TB, s *Store) {
+	t.Helper()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.awaitFlush(); err != nil {
+		t.Fatal(err)
+	}
+}
