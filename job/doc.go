@@ -20,9 +20,9 @@
 // with the committed offsets, in each store and in the compacted topic
 // "<job.id>-partitions" (created by Run); a start under another count is
 // refused until Migrate rebuilt the state (partcount.go, partrecord.go).
-// The first records of that topic are claimed in a transaction of
-// "<job.id>-partitions", so instances starting a new job together agree
-// (recordclaim.go). A topic grown while the job runs stops it before any
+// A new job's layout (count, route, output topic) is claimed there as one
+// record, and the first claim in the log is in force, so instances
+// starting a new job together agree (recordclaim.go). A topic grown while the job runs stops it before any
 // record routed under the new count commits: every commit first checks the
 // counts (topicguard.go). The output topic is recorded there and with the
 // offsets, so a renamed or recreated output is refused (outputcheck.go),

@@ -326,13 +326,7 @@ func (j *Job) Run(ctx context.Context) error {
 		err = j.checkPartitionCount(ctx, layout.partitions)
 	}
 	if err == nil {
-		err = j.checkPartitionsRecord(ctx, layout.partitions)
-	}
-	if err == nil {
-		err = j.checkRouteRecord(ctx)
-	}
-	if err == nil {
-		err = j.checkOutputTopic(ctx, layout)
+		err = j.checkLayoutRecords(ctx, layout)
 	}
 	if err != nil {
 		if ctx.Err() != nil {

@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -44,22 +43,13 @@ import (
 const outputRecordKey = "output"
 
 // checkOutputTopic refuses to start on an output topic other than the one
-// the job wrote, or one that lost records the job committed.
-func (j *Job) checkOutputTopic(ctx context.Context, lay layout) error {
+// the job wrote (recs: the partitions topic's layout, without an output
+// record only when the job may not use that topic), or one that lost
+// records the job committed.
+func (j *Job) checkOutputTopic(ctx context.Context, lay layout, recs jobRecords) error {
 	out := j.cfg.Output.Topic
-	v, _, err := j.readJobRecord(ctx, outputRecordKey)
-	if err == nil && v == nil {
-		v, err = j.claimJobRecord(ctx, outputRecordKey, out)
-	}
-	switch {
-	case errors.Is(err, errPartitionsTopicRefused):
-		j.log.Warn("the output topic cannot be recorded; a renamed output.topic is detected only by the committed offsets",
-			"topic", PartitionsTopic(j.cfg.Job.ID), "err", err,
-			"fix", "let the job create, read and write this topic (one partition, cleanup.policy=compact)")
-	case err != nil:
-		return err
-	case string(v) != out:
-		return j.otherOutput(fmt.Sprintf("topic %q records that job %q writes output topic %q, the config names %q", PartitionsTopic(j.cfg.Job.ID), j.cfg.Job.ID, v, out))
+	if r, ok := recs[outputRecordKey]; ok && string(r.value) != out {
+		return j.otherOutput(fmt.Sprintf("topic %q records that job %q writes output topic %q, the config names %q", PartitionsTopic(j.cfg.Job.ID), j.cfg.Job.ID, r.value, out))
 	}
 
 	octx, cancel := context.WithTimeout(ctx, 30*time.Second)

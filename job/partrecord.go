@@ -7,9 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/internal/backoff"
-	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -21,9 +19,10 @@ import (
 // start under a grown topic would restore each store from its own output
 // partition, laid out under the old N, and pass replays of moved keys as
 // new. The third place does not expire: a compacted topic of one
-// partition, <job.id>-partitions, whose last record with key "partitions"
-// holds N in decimal. Run writes it when it holds none and refuses to
-// start when it holds another N; Migrate writes the new N last.
+// partition, <job.id>-partitions, where N is recorded in decimal under key
+// "partitions". Run claims it with the rest of the layout when the topic
+// holds none (recordclaim.go) and refuses to start when it holds another
+// N; Migrate writes the new N last.
 
 // partitionsRecordKey is the key of the record that holds N.
 const partitionsRecordKey = "partitions"
@@ -33,28 +32,14 @@ const partitionsRecordKey = "partitions"
 func PartitionsTopic(jobID string) string { return jobID + "-partitions" }
 
 // checkPartitionsRecord refuses to start when the partitions topic records
-// another count than the topics have (n), and records n when it holds none
-// (the job's first start, or the first under a build that records it). When
-// the brokers refuse the job access to the topic, the guard is off: it says
-// so and the offsets and stores still guard as before.
-func (j *Job) checkPartitionsRecord(ctx context.Context, n int) error {
-	recorded, err := j.readPartitionsRecord(ctx)
-	if err == nil && recorded == 0 {
-		// Another instance may be recording its count right now: the
-		// claim writes ours only if none is there, and the count in force
-		// is read back (recordclaim.go).
-		j.opts.failpoint(testhook.JobRecordMissing)
-		var v []byte
-		if v, err = j.claimJobRecord(ctx, partitionsRecordKey, strconv.Itoa(n)); err == nil {
-			recorded, err = parsePartitionsRecord(PartitionsTopic(j.cfg.Job.ID), -1, v)
-		}
-	}
-	if errors.Is(err, errPartitionsTopicRefused) {
-		j.log.Warn("the partition count cannot be recorded; a changed count is detected only by the committed offsets and the local state",
-			"topic", PartitionsTopic(j.cfg.Job.ID), "err", err,
-			"fix", "let the job create, read and write this topic (one partition, cleanup.policy=compact)")
+// another count than the topics have (n). recs holds no count only when the
+// job may not use the topic (checkLayoutRecords warned).
+func (j *Job) checkPartitionsRecord(recs jobRecords, n int) error {
+	r, ok := recs[partitionsRecordKey]
+	if !ok {
 		return nil
 	}
+	recorded, err := parsePartitionsRecord(PartitionsTopic(j.cfg.Job.ID), r.offset, r.value)
 	if err != nil || recorded == n {
 		return err
 	}
@@ -91,36 +76,6 @@ func parsePartitionsRecord(topic string, off int64, v []byte) (int, error) {
 	return n, nil
 }
 
-// readJobRecord returns the value and offset of the partitions topic's
-// last record with key; nil when the topic or the record does not exist.
-func (j *Job) readJobRecord(ctx context.Context, key string) (value []byte, offset int64, err error) {
-	topic := PartitionsTopic(j.cfg.Job.ID)
-	err = j.retryAdmin(ctx, "read the "+key+" record", func() error {
-		value, offset = nil, -1
-		counts, err := j.partitionCounts(ctx, []string{topic})
-		if err != nil || counts[topic] == 0 {
-			return err
-		}
-		f, err := fetch.New(j.client, topic, 0, fetch.Options{RequestTimeout: j.opts.RequestTimeout, RetryTimeout: j.opts.RetryTimeout, ClientID: j.cfg.Kafka.ClientID, Logger: j.log})
-		if err != nil {
-			return err
-		}
-		offs, err := f.ListOffsets(ctx)
-		if err != nil {
-			return err
-		}
-		return f.ReadRange(ctx, offs.Earliest, offs.LastStable, func(b *fetch.Batch) error {
-			for _, r := range b.Records {
-				if string(r.Key) == key {
-					value, offset = append([]byte{}, r.Value...), r.Offset
-				}
-			}
-			return nil
-		})
-	})
-	return value, offset, err
-}
-
 // writePartitionsRecord records n in the partitions topic.
 func (j *Job) writePartitionsRecord(ctx context.Context, n int) error {
 	if err := j.writeJobRecord(ctx, partitionsRecordKey, strconv.Itoa(n)); err != nil {
@@ -133,7 +88,7 @@ func (j *Job) writePartitionsRecord(ctx context.Context, n int) error {
 // writeJobRecord writes value under key to the partitions topic, creating
 // the topic when it does not exist. It overwrites: Migrate, run with every
 // instance stopped, records the new layout with it; a start records a
-// missing one with claimJobRecord instead.
+// missing one with claimJobRecords instead.
 func (j *Job) writeJobRecord(ctx context.Context, key, value string) error {
 	topic := PartitionsTopic(j.cfg.Job.ID)
 	return j.retryAdmin(ctx, "record the "+key, func() error {

@@ -2,7 +2,7 @@ package job_test
 
 import (
 	"errors"
-	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -39,20 +39,11 @@ func (b *barrier) arrive() {
 // TestFirstStartRace: two instances of a new job start at the same moment,
 // one seeing 4 partitions, the other 6 (an operator grew the topics in
 // between). Both find the partitions topic empty (a barrier holds each
-// until the other has read it) and both claim the first record, again held
-// together until both opened their transaction. Exactly one may run; the
-// other must refuse with ErrPartitionCount (exit 2), and the record in
-// force, read with kgo, must be the runner's count. Plain writes (the last
-// one wins, each writer trusts its own) let both run.
+// until the other has read it) and both write their claim, again held
+// together. Exactly one may run; the other must refuse (exit 2), and the
+// first claim, read with kgo, must hold the runner's layout. Writers that
+// trust their own claim without reading the topic back both run.
 func TestFirstStartRace(t *testing.T) {
-	if os.Getenv("KAFKA_BROKERS") != "" {
-		// Open bug (session 7): on a 3-broker cluster the claim is not
-		// atomic across the three records: the instance with 4 partitions
-		// won the partitions record, the one with 6 the output record, and
-		// the one with 6 ran while the topic recorded 4. kfake serialises
-		// the two claims; the real brokers do not.
-		t.Skip("the first-start claim races on real brokers (open bug, see the comment)")
-	}
 	e := newEnv(t)
 	raw6, out6 := e.topic("orders-raw6", 6), e.topic("orders6", 6)
 	cfg4 := e.config("0, 1, 2, 3")
@@ -100,26 +91,38 @@ func TestFirstStartRace(t *testing.T) {
 	e.stop(running)
 	t.Logf("the instance with %d partitions runs, the one with %d refused", runningN, refusedN)
 
-	// The record in force, read independently: the runner's count.
+	// The layout in force, read independently: the first claim in the
+	// log (no plain record precedes it in a new job's topic) must hold the
+	// runner's count and output topic, the two together.
 	cl := kafkatest.NewClient(t, e.brokers, append(e.clientOpts[:len(e.clientOpts):len(e.clientOpts)],
 		kgo.ConsumeTopics(job.PartitionsTopic(e.jobID)), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))...)
-	var last string
+	var first *kgo.Record
 	ctx := e.ctx(30 * time.Second)
-	for seen := 0; seen < 2; {
+	for first == nil {
 		fs := cl.PollFetches(ctx)
 		if err := fs.Err0(); err != nil {
 			t.Fatalf("read the partitions topic: %v", err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			seen++ // the partitions and the route record
-			if string(r.Key) == "partitions" {
-				last = string(r.Value)
+			switch {
+			case first != nil:
+			case strings.HasPrefix(string(r.Key), "claim-"):
+				first = r
+			default:
+				t.Errorf("offset %d: record %q=%q before any claim in a new job's topic", r.Offset, r.Key, r.Value)
 			}
 		})
 	}
-	if want := map[int]string{4: "4", 6: "6"}[runningN]; last != want {
-		t.Errorf("the partitions topic records %q, the running instance runs with %s partitions", last, want)
+	claimed := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(first.Value)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		claimed[k] = v
+	}
+	wantOut := map[int]string{4: cfg4.Output.Topic, 6: cfg6.Output.Topic}[runningN]
+	if want := strconv.Itoa(runningN); claimed["partitions"] != want || claimed["output"] != wantOut {
+		t.Errorf("the first claim (offset %d) records %q, the running instance runs with %s partitions and output %q",
+			first.Offset, first.Value, want, wantOut)
 	}
 }
 

@@ -1,99 +1,215 @@
 package job
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/internal/testhook"
-	"github.com/dedupstream/dedupstream/sink"
+	"github.com/segmentio/kafka-go"
 )
 
-// Instances of a new job may start at the same moment, each find the
-// partitions topic empty and each write its own partition count or route
-// (say one saw 4 partitions, the other 6 after an operator grew the topics
-// in between). Kafka has no conditional produce: plain writes would both
-// land, the later one would win in the topic while the earlier writer ran
-// on under its own count, and two instances would run one job id under two
-// layouts. So the first record of a key is claimed in a transaction of the
-// transactional id "<job.id>-partitions": InitProducerID, read the topic
-// (read_committed), write the record only when it is still missing,
-// commit. A commit succeeds only when no other instance called
-// InitProducerID on that id since ours, and an InitProducerID waits until
-// a transaction that is committing has its markers written, so a claimer
-// reads every record committed before it could write: of instances racing
-// from an empty topic exactly one writes, and the others read its record
-// and compare (a different one: refused). A claimer fenced meanwhile
-// starts again from InitProducerID.
+// The partitions topic records the job's layout: the partition count (key
+// "partitions", partrecord.go), the route ("route", routerecord.go) and
+// the output topic ("output", outputcheck.go). Instances of a new job may
+// start at the same moment, each find the topic empty and each come with a
+// layout of its own (one saw 4 partitions, the other 6 after an operator
+// grew the topics in between). Kafka has no conditional produce, and
+// claiming the records one by one in a transaction of a shared
+// transactional id did not hold: two claimers fenced each other in turn
+// until both gave up (embedded broker), and on three brokers one instance
+// won the count and the other the output topic, so both ran.
+//
+// So the layout is claimed whole, and the log's order decides. An
+// instance that finds a layout record missing appends one claim record
+// holding its whole layout (key "claim-<random>", value one "key=value"
+// line per record) and reads the topic back until the claim shows. Every
+// reader folds the topic in offset order the same way: a plain record
+// (key "partitions", "route" or "output", written by Migrate or by
+// earlier builds) sets its key; a claim sets only the keys nothing before
+// it set. All readers see one order, so all agree on the layout in force:
+// the first claim's, its three records together; the other instances
+// compare and refuse (exit 2). Compaction keeps the result: every claim
+// has a key of its own, and of a plain key it keeps the last record, which
+// decides the fold's value for that key whatever claims come before it.
+// Each attempt takes a new random key, so a retried produce that landed
+// twice adds a later claim instead of moving the first one.
 
-// claimTransactionalID is the transactional id of the claims: stage ids
-// end in a partition number and route ids in "-route-...", so it is the
-// job's own.
-func claimTransactionalID(jobID string) string { return jobID + "-partitions" }
+// claimKeyPrefix starts the key of every claim record.
+const claimKeyPrefix = "claim-"
 
-// claimJobRecord writes value under key to the partitions topic unless a
-// record of key is there, as one transaction against all other claimers,
-// and returns the value in force: ours, or the one another instance wrote.
-func (j *Job) claimJobRecord(ctx context.Context, key, value string) ([]byte, error) {
+// layoutKeys are the partitions topic's plain record keys, in the order a
+// claim lists them.
+var layoutKeys = []string{partitionsRecordKey, routeRecordKey, outputRecordKey}
+
+// jobRecord is the value in force of one layout key and the offset of the
+// record that set it.
+type jobRecord struct {
+	value  []byte
+	offset int64
+}
+
+// jobRecords are the values in force in the partitions topic by key.
+type jobRecords map[string]jobRecord
+
+// fold applies the record at offset off to recs by the rule above.
+func (recs jobRecords) fold(key, value []byte, off int64) {
+	k := string(key)
+	if slices.Contains(layoutKeys, k) {
+		recs[k] = jobRecord{value: bytes.Clone(value), offset: off}
+		return
+	}
+	if !strings.HasPrefix(k, claimKeyPrefix) {
+		return
+	}
+	for line := range bytes.Lines(value) {
+		name, v, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\n")), []byte("="))
+		if _, set := recs[string(name)]; ok && !set && slices.Contains(layoutKeys, string(name)) {
+			recs[string(name)] = jobRecord{value: bytes.Clone(v), offset: off}
+		}
+	}
+}
+
+// missing reports whether a key of want has no value in recs.
+func (recs jobRecords) missing(want map[string]string) bool {
+	for k := range want {
+		if _, ok := recs[k]; !ok {
+			return true
+		}
+	}
+	return false
+}
+
+// claimValue is the value of a claim record of the layout want.
+func claimValue(want map[string]string) []byte {
+	var b bytes.Buffer
+	for _, k := range layoutKeys {
+		if v, ok := want[k]; ok {
+			fmt.Fprintf(&b, "%s=%s\n", k, v)
+		}
+	}
+	return b.Bytes()
+}
+
+// readJobRecords folds the partitions topic, read_committed from its start
+// to its last stable offset; empty when the topic does not exist.
+func (j *Job) readJobRecords(ctx context.Context) (jobRecords, error) {
+	topic := PartitionsTopic(j.cfg.Job.ID)
+	var recs jobRecords
+	err := j.retryAdmin(ctx, "read topic "+topic, func() error {
+		recs = jobRecords{}
+		counts, err := j.partitionCounts(ctx, []string{topic})
+		if err != nil || counts[topic] == 0 {
+			return err
+		}
+		f, err := fetch.New(j.client, topic, 0, fetch.Options{RequestTimeout: j.opts.RequestTimeout, RetryTimeout: j.opts.RetryTimeout, ClientID: j.cfg.Kafka.ClientID, Logger: j.log})
+		if err != nil {
+			return err
+		}
+		offs, err := f.ListOffsets(ctx)
+		if err != nil {
+			return err
+		}
+		return f.ReadRange(ctx, offs.Earliest, offs.LastStable, func(b *fetch.Batch) error {
+			for _, r := range b.Records {
+				recs.fold(r.Key, r.Value, r.Offset)
+			}
+			return nil
+		})
+	})
+	return recs, err
+}
+
+// readJobRecord returns the value in force of key and the offset of the
+// record that set it; nil when the topic or the record does not exist.
+func (j *Job) readJobRecord(ctx context.Context, key string) (value []byte, offset int64, err error) {
+	recs, err := j.readJobRecords(ctx)
+	if r, ok := recs[key]; ok && err == nil {
+		return r.value, r.offset, nil
+	}
+	return nil, -1, err
+}
+
+// claimJobRecords returns the layout in force, first claiming want (key
+// -> value) when a key of it has no record: one claim record, then the
+// topic read back until no key of want is missing. The layout returned is
+// then the first claim's, ours or another instance's.
+func (j *Job) claimJobRecords(ctx context.Context, want map[string]string) (jobRecords, error) {
 	topic := PartitionsTopic(j.cfg.Job.ID)
 	if err := j.retryAdmin(ctx, "create topic "+topic, func() error { return j.createJobTopic(ctx) }); err != nil {
 		return nil, err
 	}
-	err := j.retryAdmin(ctx, "record the "+key, func() error {
-		prod, err := sink.NewProducer(sink.Config{
-			Client:             j.client,
-			TransactionalID:    claimTransactionalID(j.cfg.Job.ID),
-			TransactionTimeout: max(j.cfg.Kafka.TransactionTimeout, 10*time.Second),
-			RequestTimeout:     j.opts.RequestTimeout,
-			RetryTimeout:       j.opts.RetryTimeout,
-			Dialer:             j.dialer,
-			Logger:             j.log,
-		})
-		if err != nil {
-			return err
-		}
-		defer prod.Close()
-		if err := prod.Init(ctx); err != nil {
-			return fmt.Errorf("claim the %s record: %w", key, err)
-		}
-		v, _, err := j.readJobRecord(ctx, key)
-		if err != nil || v != nil {
-			return err // recorded by another instance (or an earlier run)
-		}
-		if err := prod.Begin(); err != nil {
-			return err
-		}
+	recs, err := j.readJobRecords(ctx)
+	if err != nil || !recs.missing(want) {
+		return recs, err
+	}
+	j.opts.failpoint(testhook.JobRecordMissing)
+	value := claimValue(want)
+	err = j.retryAdmin(ctx, "claim the job's layout in topic "+topic, func() error {
 		j.opts.failpoint(testhook.JobRecordClaim)
-		_, err = prod.Produce(ctx, topic, 0, []sink.Record{{Key: []byte(key), Value: []byte(value)}})
+		key := claimKeyPrefix + rand.Text()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		pres, err := j.client.Produce(rctx, &kafka.ProduceRequest{
+			Topic: topic, Partition: 0, RequiredAcks: kafka.RequireAll,
+			Records: kafka.NewRecordReader(kafka.Record{Key: kafka.NewBytes([]byte(key)), Value: kafka.NewBytes(value)}),
+		})
 		if err == nil {
-			err = prod.Commit(ctx)
+			err = pres.Error
 		}
 		if err != nil {
-			if aerr := prod.Abort(ctx); aerr != nil && !errors.Is(err, sink.ErrFenced) {
-				j.log.Debug("abort of a failed claim failed", "err", aerr)
-			}
-			if errors.Is(err, sink.ErrFenced) {
-				j.log.Info("another instance claimed the "+key+" record at the same time; reading it", "topic", topic)
-			}
-			return fmt.Errorf("claim the %s record in topic %q: %w", key, topic, err)
+			return fmt.Errorf("write claim %q to topic %q: %w", key, topic, err)
 		}
-		j.log.Info("recorded the "+key, "topic", topic, key, value)
+		j.log.Info("claimed the job's layout", "topic", topic, "offset", pres.BaseOffset, "claim", strings.TrimSpace(string(value)))
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	// EndTxn returns before the commit markers are written, and a
-	// read_committed read stops at the first open transaction: read until
-	// the record shows.
-	var v []byte
-	err = j.retryAdmin(ctx, "read back the "+key+" record", func() error {
-		v, _, err = j.readJobRecord(ctx, key)
-		if err == nil && v == nil {
-			err = fmt.Errorf("the %s record claimed in topic %q is not readable yet", key, topic)
+	// A read_committed read stops at the first open transaction (a
+	// Migrate's or an earlier build's): read until the claim shows.
+	err = j.retryAdmin(ctx, "read back the job's layout", func() error {
+		if recs, err = j.readJobRecords(ctx); err == nil && recs.missing(want) {
+			err = fmt.Errorf("the layout claimed in topic %q is not readable yet", topic)
 		}
 		return err
 	})
-	return v, err
+	return recs, err
+}
+
+// checkLayoutRecords refuses to start under another partition count, route
+// or output topic than the partitions topic records, claiming the
+// configured ones when it records none. When the brokers refuse the job
+// that topic, the guards it holds are off: it says so, and the committed
+// offsets and the stores still guard the count and the output topic.
+func (j *Job) checkLayoutRecords(ctx context.Context, lay layout) error {
+	recs, err := j.claimJobRecords(ctx, map[string]string{
+		partitionsRecordKey: strconv.Itoa(lay.partitions),
+		routeRecordKey:      j.routeSettings(),
+		outputRecordKey:     j.cfg.Output.Topic,
+	})
+	if errors.Is(err, errPartitionsTopicRefused) {
+		j.log.Warn("the job's layout cannot be recorded: a changed partition count is detected only by the committed offsets and the local state, "+
+			"a renamed output.topic only by the committed offsets, a changed dedup.key, input.partitioning or input.partitioner not at all",
+			"topic", PartitionsTopic(j.cfg.Job.ID), "err", err,
+			"fix", "let the job create, read and write this topic (one partition, cleanup.policy=compact)")
+		recs, err = jobRecords{}, nil
+	}
+	if err == nil {
+		err = j.checkPartitionsRecord(recs, lay.partitions)
+	}
+	if err == nil {
+		err = j.checkRouteRecord(recs)
+	}
+	if err == nil {
+		err = j.checkOutputTopic(ctx, lay, recs)
+	}
+	return err
 }

@@ -1,8 +1,6 @@
 package job
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -44,29 +42,17 @@ func (j *Job) routeSettings() string {
 }
 
 // checkRouteRecord refuses to start when the partitions topic records
-// another route than the config gives, and records it when it holds none.
-// As for the partition count, a topic the job may not use turns the guard
-// off with a warning.
-func (j *Job) checkRouteRecord(ctx context.Context) error {
+// another route than the config gives. recs holds no route only when the
+// job may not use the topic (checkLayoutRecords warned).
+func (j *Job) checkRouteRecord(recs jobRecords) error {
 	route := j.routeSettings()
-	v, _, err := j.readJobRecord(ctx, routeRecordKey)
-	if err == nil && v == nil {
-		// As for the partition count, the claim writes ours only if no
-		// other instance's is there, and the route in force is read back.
-		v, err = j.claimJobRecord(ctx, routeRecordKey, route)
-	}
-	if errors.Is(err, errPartitionsTopicRefused) {
-		j.log.Warn("the route cannot be recorded; a changed dedup.key, input.partitioning or input.partitioner is not detected",
-			"topic", PartitionsTopic(j.cfg.Job.ID), "err", err,
-			"fix", "let the job create, read and write this topic (one partition, cleanup.policy=compact)")
+	r, ok := recs[routeRecordKey]
+	if !ok || string(r.value) == route {
 		return nil
-	}
-	if err != nil || string(v) == route {
-		return err
 	}
 	return fmt.Errorf("%w: topic %q records that job %q routes keys by %s, the config (dedup.key, input.partitioning, input.partitioner) routes them by %s: "+
 		"keys move to other partitions and their state does not, so repeats would pass. Stop every instance and run "+
 		"`dedupstream migrate --config FILE` (it builds each partition's state from the output's window under the new route; see docs/scaling.md), "+
 		"restore the previous settings, or start under a new job.id",
-		ErrTopics, PartitionsTopic(j.cfg.Job.ID), j.cfg.Job.ID, v, route)
+		ErrTopics, PartitionsTopic(j.cfg.Job.ID), j.cfg.Job.ID, r.value, route)
 }

@@ -24,11 +24,11 @@ const (
 	Committed = "committed"
 	// Restored: one batch was restored from the output; more may follow.
 	Restored = "restored"
-	// JobRecordMissing: the job's start found no partition count in the
-	// partitions topic and is about to claim it.
+	// JobRecordMissing: the job's start found a layout record missing in
+	// the partitions topic and is about to claim the layout.
 	JobRecordMissing = "job-record-missing"
-	// JobRecordClaim: a claim of a partitions topic record found none and
-	// opened its transaction; the record is not written yet.
+	// JobRecordClaim: the claim of the layout is about to be written
+	// (each attempt).
 	JobRecordClaim = "job-record-claim"
 )
 
