@@ -10,14 +10,16 @@ import (
 // checkpointVersion is the first byte of every encoded checkpoint. A store
 // holding a checkpoint of an unknown version is refused rather than guessed
 // at. Version 2 is version 1 followed by the partition count; version 3
-// adds the dedup settings. Each checkpoint is written in the lowest version
-// that holds it (no Dedup: 2; no Dedup and no Partitions: 1), so that every
-// checkpoint keeps exactly one encoding.
+// adds the dedup settings, version 4 the output topic. Each checkpoint is
+// written in the lowest version that holds it (no OutputTopic: 3; no
+// Dedup either: 2; no Partitions either: 1), so that every checkpoint
+// keeps exactly one encoding.
 const (
-	checkpointVersion      = 1
-	checkpointVersionN     = 2
-	checkpointVersionDedup = 3
-	maxCheckpointVersion   = checkpointVersionDedup
+	checkpointVersion       = 1
+	checkpointVersionN      = 2
+	checkpointVersionDedup  = 3
+	checkpointVersionOutput = 4
+	maxCheckpointVersion    = checkpointVersionOutput
 )
 
 // maxDedupLen bounds Checkpoint.Dedup.
@@ -50,6 +52,12 @@ const maxTopicLen = 249
 //	uvarint partition count N (0: unknown)
 //	uvarint len(dedup) (>= 1), dedup bytes
 //
+// Version 4 appends to those
+//
+//	uvarint len(output topic) (1 to 249), output topic bytes
+//
+// and its dedup settings may be empty (length 0: unknown).
+//
 // A reader must reject trailing bytes and overlong varints, so that every
 // checkpoint has exactly one encoding and a later version cannot be misread
 // as this one.
@@ -65,6 +73,10 @@ type Checkpoint struct {
 	// Dedup describes the dedup settings the store's keys were written
 	// under (dedupSettings); "" means unknown (versions 1 and 2).
 	Dedup string
+	// OutputTopic is the output topic whose records the store holds the
+	// keys of (Output is an offset in its partition); "" means unknown
+	// (versions 1 to 3).
+	OutputTopic string
 }
 
 // InputOffset is the next offset to read of one raw topic-partition.
@@ -89,6 +101,8 @@ func (c Checkpoint) Input(topic string, partition int32) int64 {
 // AppendEncode appends the encoding of c to dst.
 func (c Checkpoint) AppendEncode(dst []byte) []byte {
 	switch {
+	case c.OutputTopic != "":
+		dst = append(dst, checkpointVersionOutput)
 	case c.Dedup != "":
 		dst = append(dst, checkpointVersionDedup)
 	case c.Partitions > 0:
@@ -104,12 +118,16 @@ func (c Checkpoint) AppendEncode(dst []byte) []byte {
 		dst = binary.AppendUvarint(dst, uint64(in.Offset))
 	}
 	dst = binary.AppendUvarint(dst, uint64(c.Output))
-	if c.Partitions > 0 || c.Dedup != "" {
+	if c.Partitions > 0 || c.Dedup != "" || c.OutputTopic != "" {
 		dst = binary.AppendUvarint(dst, uint64(c.Partitions))
 	}
-	if c.Dedup != "" {
+	if c.Dedup != "" || c.OutputTopic != "" {
 		dst = binary.AppendUvarint(dst, uint64(len(c.Dedup)))
 		dst = append(dst, c.Dedup...)
+	}
+	if c.OutputTopic != "" {
+		dst = binary.AppendUvarint(dst, uint64(len(c.OutputTopic)))
+		dst = append(dst, c.OutputTopic...)
 	}
 	return dst
 }
@@ -165,12 +183,20 @@ func DecodeCheckpoint(b []byte) (Checkpoint, error) {
 		}
 		c.Partitions = int(n)
 	}
-	if version == checkpointVersionDedup {
+	if version >= checkpointVersionDedup {
 		l, ok := next(maxDedupLen)
-		if !ok || l == 0 || uint64(len(b)) < l {
+		if !ok || l == 0 && version == checkpointVersionDedup || uint64(len(b)) < l {
 			return Checkpoint{}, fmt.Errorf("%w: dedup settings", errCheckpoint)
 		}
 		c.Dedup = string(b[:l])
+		b = b[l:]
+	}
+	if version == checkpointVersionOutput {
+		l, ok := next(maxTopicLen)
+		if !ok || l == 0 || uint64(len(b)) < l {
+			return Checkpoint{}, fmt.Errorf("%w: output topic", errCheckpoint)
+		}
+		c.OutputTopic = string(b[:l])
 		b = b[l:]
 	}
 	if len(b) != 0 {

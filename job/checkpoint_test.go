@@ -24,14 +24,20 @@ func TestCheckpointRoundTrip(t *testing.T) {
 			{Inputs: c.Inputs, Output: c.Output, Partitions: 6},
 			{Inputs: c.Inputs, Output: c.Output, Partitions: 6, Dedup: "key=json:order_id mode=first span=6h0m0s"},
 			{Inputs: c.Inputs, Output: c.Output, Dedup: "key=key mode=version span=1m0s version=header:v"},
+			{Inputs: c.Inputs, Output: c.Output, Partitions: 6, Dedup: "key=key mode=first span=1h0m0s", OutputTopic: "orders-dedup"},
+			{Inputs: c.Inputs, Output: c.Output, OutputTopic: strings.Repeat("o", 249)},
 		} {
 			mb := more.AppendEncode(nil)
 			want := byte(2)
-			if more.Dedup != "" {
+			switch {
+			case more.OutputTopic != "":
+				want = 4
+			case more.Dedup != "":
 				want = 3
 			}
 			got, err := job.DecodeCheckpoint(mb)
-			if mb[0] != want || err != nil || got.Partitions != more.Partitions || got.Dedup != more.Dedup || got.Output != more.Output || len(got.Inputs) != len(more.Inputs) {
+			if mb[0] != want || err != nil || got.Partitions != more.Partitions || got.Dedup != more.Dedup || got.OutputTopic != more.OutputTopic ||
+				got.Output != more.Output || len(got.Inputs) != len(more.Inputs) {
 				t.Errorf("round trip of %+v: version %d (want %d), got %+v, %v", more, mb[0], want, got, err)
 			}
 		}
@@ -63,6 +69,9 @@ func TestCheckpointRejects(t *testing.T) {
 		"v2 without count": {2, 0, 0, 0},
 		"v3 empty dedup":   {3, 0, 0, 4, 0},
 		"v3 dedup cut":     {3, 0, 0, 4, 5, 'k', 'e'},
+		"v4 empty output":  {4, 0, 0, 4, 0, 0},
+		"v4 output cut":    {4, 0, 0, 4, 0, 3, 'o', 'u'},
+		"v4 output long":   append([]byte{4, 0, 0, 4, 0, 0xfa, 0x01}, bytes.Repeat([]byte{'o'}, 250)...),
 	} {
 		if _, err := job.DecodeCheckpoint(b); err == nil || !strings.HasPrefix(err.Error(), "job: corrupt checkpoint") {
 			t.Errorf("%s: want a corrupt checkpoint error, got %v", name, err)
@@ -74,6 +83,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	f.Add([]byte{})
 	f.Add(job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5}.AppendEncode(nil))
 	f.Add(job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5, Partitions: 4, Dedup: "key=key mode=first span=6h0m0s"}.AppendEncode(nil))
+	f.Add(job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5, Partitions: 4, OutputTopic: "orders-dedup"}.AppendEncode(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := job.DecodeCheckpoint(b)
 		if err != nil || len(b) == 0 {

@@ -275,7 +275,7 @@ func (r *runner) connect() error {
 // positions in, as Job.topics (sentinels are left out), and the output
 // position out.
 func (r *runner) checkpoint(in []int64, out int64) []byte {
-	c := Checkpoint{Output: out, Partitions: r.lay.partitions, Dedup: r.j.dedup}
+	c := Checkpoint{Output: out, Partitions: r.lay.partitions, Dedup: r.j.dedup, OutputTopic: r.j.cfg.Output.Topic}
 	for i, off := range in {
 		if off >= 0 {
 			c.Inputs = append(c.Inputs, InputOffset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off})

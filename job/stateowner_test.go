@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -63,5 +64,71 @@ func TestStateDirCopied(t *testing.T) {
 	}
 	if len(out) != len(first) {
 		t.Errorf("%d output records, want the %d first ones: %d replays passed", len(out), len(first), len(out)-len(first))
+	}
+}
+
+// TestStateDirOfAnotherJob: jobs A (400 keys) and B (1200 other keys) ran
+// with their own state directories and outputs; then B is started on A's
+// directory (a config copied with its state.dir). A's store holds keys B
+// never emitted, and its output offsets (about 100 per partition) point
+// into A's log, below the ends of B's output (about 300): a stage trusting
+// it restores only B's tail past them, and replays of B's first keys pass.
+// The start must be refused naming the directory; kgo then finds B's 1200
+// first records in B's output and no replay.
+func TestStateDirOfAnotherJob(t *testing.T) {
+	e := newEnv(t)
+	rawB, outB := e.topic("orders-raw-b", partitions), e.topic("orders-b", partitions)
+	order := func(topic, prefix string, i, msg int) *kgo.Record {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		return &kgo.Record{Topic: topic, Partition: int32(i % partitions), Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"msg":%d}`, id, msg)}
+	}
+	var recs, replays []*kgo.Record
+	for i := range 400 {
+		recs = append(recs, order(e.raw, "a", i, 1))
+	}
+	for i := range 1200 {
+		recs = append(recs, order(rawB, "b", i, 1))
+		replays = append(replays, order(rawB, "b", i, 2))
+	}
+	e.produce(recs)
+	cfgA, cfgB := e.config("0, 1, 2, 3"), e.config("0, 1, 2, 3")
+	cfgB.Job.ID += "-b"
+	cfgB.Input.Topics, cfgB.Output.Topic, cfgB.State.Dir = []string{rawB}, outB, cfgB.State.Dir+"-b"
+	runUntilCaught := func(cfg *config.Config) {
+		t.Helper()
+		r := e.start(cfg)
+		defer e.stop(r)
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			caught, c, err := e.prod.Caught(e.ctx(10*time.Second), cfg.Job.ID, cfg.Input.Topics[0], partitions, 1)
+			if caught && err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s committed %v of its input within 60s (%v)", cfg.Job.ID, c, err)
+			}
+		}
+	}
+	runUntilCaught(cfgA)
+	runUntilCaught(cfgB)
+
+	cfgB.State.Dir = cfgA.State.Dir
+	e.produce(replays)
+	r := e.start(cfgB)
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if err == nil || !strings.Contains(err.Error(), cfgA.State.Dir) || !strings.Contains(err.Error(), "belongs to another job") {
+			t.Fatalf("want a refusal naming %s as another job's, got %v", cfgA.State.Dir, err)
+		}
+		t.Logf("refused with: %v", err)
+	case <-time.After(30 * time.Second):
+		e.stop(r)
+	}
+	out, err := jobtest.ReadCommitted(e.ctx(60*time.Second), e.brokers, outB, partitions, e.clientOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != 1200 {
+		t.Errorf("%d records in B's output, want its 1200 first ones: %d replays passed", len(out), len(out)-1200)
 	}
 }

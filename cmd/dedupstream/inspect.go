@@ -218,7 +218,7 @@ func (in *inspector) stageStats(w io.Writer, sd stageDir) (uint64, error) {
 		for _, i := range ck.Inputs {
 			ins = append(ins, fmt.Sprintf("%s/%d at %d", i.Topic, i.Partition, i.Offset))
 		}
-		fmt.Fprintf(w, "  checkpoint: next output offset %d; input %s\n", ck.Output, strings.Join(ins, ", "))
+		fmt.Fprintf(w, "  checkpoint: next output offset %d of %s; input %s\n", ck.Output, cmp.Or(ck.OutputTopic, "the output (topic not recorded)"), strings.Join(ins, ", "))
 		if ck.Partitions > 0 || ck.Dedup != "" {
 			fmt.Fprintf(w, "  written under: %d partitions; dedup %s\n", ck.Partitions, cmp.Or(ck.Dedup, "settings not recorded"))
 		}
