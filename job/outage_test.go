@@ -183,23 +183,28 @@ func TestBrokerCut(t *testing.T) {
 
 	<-fed
 	e.waitCommitted(r, 1, 90*time.Second)
-	if n := logs.count("brokers answer again"); n != partitions {
-		t.Errorf("%d lines say the brokers answer again, want one per partition (%d)", n, partitions)
-	}
 	if ok, why := r.job.Readiness(); !ok {
 		t.Errorf("after the heal and catching up: %s", why)
 	}
 	g := gauges(t, r.job)
 	var timedOut, takenOver, undecided, doubtAborted float64
+	var outages int
 	for p := range partitions {
 		timedOut += g[fmt.Sprintf("dedupstream_producer_fenced_total{cause=timed_out,partition=%d}", p)]
 		takenOver += g[fmt.Sprintf("dedupstream_producer_fenced_total{cause=taken_over,partition=%d}", p)]
 		undecided += g[fmt.Sprintf("dedupstream_producer_fenced_total{cause=undecided,partition=%d}", p)]
 		doubtAborted += g[fmt.Sprintf("dedupstream_ambiguous_commits_total{outcome=aborted,partition=%d}", p)] +
 			g[fmt.Sprintf("dedupstream_ambiguous_commits_total{outcome=timed_out,partition=%d}", p)]
-		if o := g[fmt.Sprintf("dedupstream_broker_outages_total{partition=%d}", p)]; o != 1 {
-			t.Errorf("partition %d: %v outages counted, want 1", p, o)
+		// On a loaded machine a partition's link may drop once more while
+		// it catches up: at least the cut, and each outage said once.
+		o := g[fmt.Sprintf("dedupstream_broker_outages_total{partition=%d}", p)]
+		if o < 1 {
+			t.Errorf("partition %d: %v outages counted, want the cut", p, o)
 		}
+		outages += int(o)
+	}
+	if n, m := logs.count("brokers not answering"), logs.count("brokers answer again"); n != outages || m != outages {
+		t.Errorf("%d warnings of an outage and %d lines that the brokers answer again, want one each per outage counted (%d)", n, m, outages)
 	}
 	t.Logf("open at the cut: %v; fences: timed_out %v, undecided %v, taken_over %v; ambiguous commits found aborted %v; caught up %v after the heal; stats %+v",
 		openAtCut, timedOut, undecided, takenOver, doubtAborted, time.Since(healAt).Round(time.Millisecond), r.job.Stats())
