@@ -23,7 +23,7 @@ func TestStateMemory(t *testing.T) {
 		{"override too large", "{partitions: [0, 1, 2]}", "\n  dir: /s\n  memory: 32MiB\n  memtable_size: 4MiB",
 			"job.yaml:9: state.memtable_size: 3 partitions x 3 memtables of 4MiB exceed half of state.memory (32MiB): lower it, or raise state.memory to at least 72MiB"},
 		{"tiny memtable", "{partitions: [0]}", "\n  dir: /s\n  memtable_size: 1KiB",
-			"job.yaml:8: state.memtable_size: must be between 64KiB and 4GiB, or 0 to derive it from state.memory, got 1KiB"},
+			"job.yaml:8: state.memtable_size: must be between 32KiB and 4GiB, or 0 to derive it from state.memory, got 1KiB"},
 		{"tiny budget", "{partitions: [0]}", "\n  dir: /s\n  memory: 1MiB", "job.yaml:8: state.memory: must be >= 4MiB, got 1MiB"},
 		{"cache_size refused", "{partitions: [0]}", "\n  dir: /s\n  cache_size: 128MiB",
 			"job.yaml:8: state.cache_size: replaced by state.memory"},

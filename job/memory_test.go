@@ -35,8 +35,8 @@ func TestMemoryPlanPerAssignment(t *testing.T) {
 		over     float64
 	}{
 		{16, 256 << 20 / 48 &^ (64<<10 - 1), 0}, // 5.3 MiB
-		{2, 42<<20 + 10*64<<10, 0},              // the group shrank
-		{1, 64 << 20, 0},                        // capped
+		{4, 256 << 20 / 12 &^ (64<<10 - 1), 0},  // the group shrank: 21.3 MiB
+		{1, 32 << 20, 0},                        // capped
 		{64, 4 << 20, 1},                        // 64 x 3 x 4 MiB > 256 MiB: over budget
 	} {
 		j.planMemory(c.parts)

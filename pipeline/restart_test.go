@@ -40,9 +40,9 @@ func killBatchOf(from, n int) []Record {
 }
 
 func killStageOptions(log *slog.Logger) Options {
-	// 64 KiB: an index of ~1.4k keys, so the keys after the snapshot make
+	// 32 KiB: an index of ~1.2k keys, so the keys after the snapshot make
 	// ~17 runs and tier merges.
-	o := Options{Clock: benchClock, Logger: log, Store: statestore.Options{MemTableSize: 64 << 10}}
+	o := Options{Clock: benchClock, Logger: log, Store: statestore.Options{MemTableSize: 32 << 10}}
 	if log != nil {
 		o.Store.Logger = log
 	}

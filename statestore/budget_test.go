@@ -19,16 +19,18 @@ func TestPlanMemTable(t *testing.T) {
 	}{
 		// Half of the budget over 3 memtables per store, in 64 KiB steps.
 		{512 * MiB, 0, 16, (256 * MiB / 48) &^ (64<<10 - 1), true},
-		{512 * MiB, 0, 2, 42*MiB + 10*64<<10, true},
-		// Capped at 64 MiB: one store keeps today's memtable.
-		{512 * MiB, 0, 1, 64 * MiB, true},
-		{1 << 30, 0, 4, 42*MiB + 10*64<<10, true},
+		{512 * MiB, 0, 4, (256 * MiB / 12) &^ (64<<10 - 1), true},
+		// Capped at 32 MiB (DefaultMemTableSize): one store keeps the
+		// default index.
+		{512 * MiB, 0, 1, 32 * MiB, true},
+		{512 * MiB, 0, 2, 32 * MiB, true},
+		{1 << 30, 0, 8, (512 * MiB / 24) &^ (64<<10 - 1), true},
 		// Never below 4 MiB: a budget too small for its stores does not fit.
 		{64 * MiB, 0, 16, 4 * MiB, false},
 		{24 * MiB, 0, 1, 4 * MiB, true},
 		{23 * MiB, 0, 1, 4 * MiB, false},
 		// No stores counts as one (a group generation owning nothing).
-		{512 * MiB, 0, 0, 64 * MiB, true},
+		{512 * MiB, 0, 0, 32 * MiB, true},
 		// An override is taken as it is; fits says whether half the
 		// budget holds it.
 		{64 * MiB, 1 * MiB, 3, 1 * MiB, true},
@@ -177,8 +179,8 @@ func TestBudgetBoundsIndexes(t *testing.T) {
 	defer b.Close()
 	s := mustOpen(t, "s", b.Options(Options{FS: vfs.NewMem()}, 1))
 	reserved := int64(s.opts.indexReservation())
-	if want := int64(2*memIndexBytes(s.memKeys) + 16*s.memKeys); reserved != want || reserved < 4<<20 {
-		t.Fatalf("reservation %d, want %d (two indexes of %d keys and sort buffers)", reserved, want, s.memKeys)
+	if want := int64(2*memIndexBytes(s.memKeys, false) + 8*uint64(memSortKeys(s.memKeys))); reserved != want || reserved < 2<<20 {
+		t.Fatalf("reservation %d, want %d (two indexes of %d keys and a sort buffer)", reserved, want, s.memKeys)
 	}
 	const keys = 600_000 // ~20 MiB of runs: more than the cache holds
 	batch := s.NewBatch()

@@ -122,7 +122,7 @@ func TestCrashConsistencyBulkLoad(t *testing.T) {
 			fs := newCloneableMem()
 			opts := testOptions(fs)
 			opts.VersionMode = true
-			opts.MemTableSize = 64 << 10 // 1024 keys a buffer: a spill every ~17 Loads
+			opts.MemTableSize = 32 << 10 // 1024 keys a buffer: a spill every ~17 Loads
 			s := mustOpen(t, "db", opts)
 			w := &workload{rng: rand.New(rand.NewPCG(seed, 11)), h: newHistory(), loadStreaks: true}
 			b := s.NewBatch()
@@ -157,7 +157,7 @@ func TestCrashConsistencyBulkLoad(t *testing.T) {
 func TestLoadNewestVersionWins(t *testing.T) {
 	opts := testOptions(vfs.NewMem())
 	opts.VersionMode = true
-	opts.MemTableSize = 64 << 10
+	opts.MemTableSize = 32 << 10
 	s := mustOpen(t, "db", opts)
 	defer mustClose(t, s)
 	b := s.NewBatch()
@@ -276,7 +276,7 @@ func BenchmarkLoadWrite(b *testing.B) {
 func TestLoadHashesMatchesLoad(t *testing.T) {
 	opts := testOptions(vfs.NewMem())
 	opts.VersionMode = true
-	opts.MemTableSize = 64 << 10 // ~1k keys a buffer: spills
+	opts.MemTableSize = 32 << 10 // ~1k keys a buffer: spills
 	viaBatch, viaHashes := mustOpen(t, "batch", opts), mustOpen(t, "hashes", opts)
 	defer mustClose(t, viaBatch)
 	defer mustClose(t, viaHashes)

@@ -28,36 +28,55 @@ func compareMem(a, b *memEntry) int {
 	return cmp.Compare(a.h.Lo, b.h.Lo)
 }
 
-// memEntryBytes is the size of a memEntry.
-const memEntryBytes = 32
+// memKeyBytes is what an index keeps per key besides its table: the hash
+// (16 bytes); memVersionBytes more in mode "version". The generation is
+// the chunk's (every chunk holds keys of one generation).
+const (
+	memKeyBytes     = 16
+	memVersionBytes = 8
+)
 
-// memIndexBytes is the memory of a memIndex sized for n keys: its table
-// (at most half full, a power of two) and its entry chunks.
-func memIndexBytes(n uint64) uint64 {
+// memIndexBytes is the memory of a memIndex sized for n keys (vm: with
+// versions): its table (memSlotsFor) and its entry chunks.
+func memIndexBytes(n uint64, vm bool) uint64 {
 	chunk := uint64(1) << memChunkBits
-	return uint64(memSlotsFor(max(n, 1)))*8 + (max(n, 1)+chunk-1)/chunk*chunk*memEntryBytes
+	per := uint64(memKeyBytes)
+	if vm {
+		per += memVersionBytes
+	}
+	return uint64(memSlotsFor(max(n, 1)))*8 + (max(n, 1)+chunk-1)/chunk*chunk*per
 }
 
-// memKeysFor returns the most keys an index of size bytes holds, at least
-// 1024: a 64 MiB index holds 1M keys (48 MiB: the next table size would
-// leave too little room for entries). The last chunk of entries may reach
-// past size (memIndexBytes counts it).
-func memKeysFor(size uint64) uint64 {
-	best := uint64(1024)
-	for slots := uint64(2048); slots*8 < size && slots <= 1<<40; slots *= 2 {
-		room := (size - slots*8) / memEntryBytes
-		if n := min(slots/2, room); n > best {
-			best = n
+// memKeysFor returns the most keys an index of size bytes holds (vm: with
+// versions), at least 1024: 12 bytes of table (8-byte slots, at most two
+// thirds full at the handover) and 16 bytes of hash per key (24 with
+// versions), so a 32 MiB index holds 1.2M keys (1M keys cost 48 MiB with
+// the 32-byte entries and half-full power-of-two tables before session
+// 8). The last chunk of entries may reach past size (memIndexBytes counts
+// it; only its touched pages are resident).
+func memKeysFor(size uint64, vm bool) uint64 {
+	per := uint64(memKeyBytes)
+	if vm {
+		per += memVersionBytes
+	}
+	lo, hi := uint64(1024), max(uint64(1024), size/per)
+	for lo < hi {
+		n := hi - (hi-lo)/2
+		if uint64(memSlotsFor(n))*8+n*per <= size {
+			lo = n
+		} else {
+			hi = n - 1
 		}
 	}
-	return best
+	return lo
 }
 
 // memReservedBytes is the memory a store reserves for its indexes in the
 // block cache: the active index, the one being flushed, and the
-// flusher's sort buffers (16 bytes per key, memIndex.sortRefs).
-func memReservedBytes(keys uint64) uint64 {
-	return 2*memIndexBytes(keys) + 16*keys
+// flusher's sort buffer (8 bytes per key, memIndex.sortRefs, for up to
+// memFull's keys).
+func memReservedBytes(keys uint64, vm bool) uint64 {
+	return 2*memIndexBytes(keys, vm) + 8*uint64(memSortKeys(keys))
 }
 
 // Entries live in chunks of 1<<memChunkBits, so that growing never copies
@@ -65,23 +84,40 @@ func memReservedBytes(keys uint64) uint64 {
 const memChunkBits = 16
 
 // memIndex holds the keys committed since the last run was written: an
-// open-addressing hash table over an entry slice, so that a confirming read
-// of a recent key never reaches Pebble and a Commit costs one hash insert per
-// key. Of several Puts of one (gen, h) the last wins. Once it is handed to
-// the flusher it is immutable. Readers and the one writer synchronise on mu.
+// open-addressing hash table over chunks of hashes, so that a confirming
+// read of a recent key never reaches Pebble and a Commit costs one hash
+// insert per key. Of several Puts of one (gen, h) the last wins. Once it
+// is handed to the flusher it is immutable. Readers and the one writer
+// synchronise on mu.
 //
-// Its table and entries live outside the Go heap (memalloc.go, in off).
+// A key costs 28 bytes (36 with versions): its hash in a chunk of its
+// generation's (16), its version in the chunk's version chunk (8, made
+// only when a version other than 0 is put there, so mode "first" has
+// none), and 1.5 slots of 8 bytes. Until session 8 an entry held the
+// generation and the version beside the hash (32 bytes) in a power-of-two
+// table kept at most half full (16 bytes per key at the handover).
+//
+// Its table and chunks live outside the Go heap (memalloc.go, in off).
 type memIndex struct {
-	mu     sync.RWMutex
-	chunks [][]memEntry // views of off.chunks
-	off    *memOff
+	mu sync.RWMutex
+	// chunks[c] holds hashes of generation chunkGen[c], clen[c] of them;
+	// vchunks[c] their versions (nil: all 0). An entry is c<<memChunkBits
+	// | its position. Chunks up to used are in use; the rest are kept from
+	// an earlier life of the index (reset), for reuse.
+	chunks   [][]partition.Hash // views of off.chunks
+	vchunks  [][]uint64
+	chunkGen []uint64
+	clen     []int
+	used     int
+	off      *memOff
 	// released: off's pages were handed back (they read as zeros), so a
 	// reset need not clear the table.
 	released bool
 	n        int
-	// slots: the low 32 bits are the entry's index+1 (0: empty), the high
-	// 32 bits the top bits of its slot hash, compared before the entry is
-	// touched, so a probe costs one cache miss.
+	// slots: the low 32 bits are the entry+1 (0: empty), the high 32 bits
+	// the low bits of its slot hash (the table position comes from the
+	// high bits), compared before the entry is touched, so a probe costs
+	// one cache miss.
 	slots []uint64
 	gens  []genCount
 	// logNum is the newest commit log holding these commits (0: none);
@@ -99,6 +135,7 @@ type memIndex struct {
 type genCount struct {
 	gen  uint64
 	keys uint64
+	cur  int // the generation's chunk with room, +1 (0: none)
 }
 
 // newMemIndex returns an empty index whose table has room for capKeys keys
@@ -131,16 +168,31 @@ func (m *memIndex) release() {
 }
 
 // memFull reports whether a table of slots slots is too full for n keys:
-// over three quarters. An index is handed to the flusher once it holds
-// memKeys keys, half of its table (memSlotsFor), after the Commit that
-// reached them: the last quarter is room for that Commit's overshoot, so
-// the table never grows (a growth rehashed the index and allocated a table
-// twice the size, then kept by the reused index).
-func memFull(n, slots int) bool { return 4*n > 3*slots }
+// over four fifths. An index is handed to the flusher once it holds
+// memKeys keys, two thirds of its table (memSlotsFor), after the Commit
+// that reached them: the rest up to four fifths is room for that Commit's
+// overshoot (a fifth of memKeys), so the table never grows (a growth
+// rehashed the index and allocated a table twice the size, then kept by
+// the reused index).
+func memFull(n, slots int) bool { return 5*n > 4*slots }
 
-// memSlotsFor is the table size that holds n keys at most half full.
+// memSlotsFor is the table size that holds n keys at most two thirds full:
+// 1.5 n rounded up to a cache line of slots, at least 1024. Linear probing
+// at two thirds costs ~3 slot reads for a new key, most in one cache line.
 func memSlotsFor(n uint64) int {
-	return max(1024, 1<<bits.Len64(2*n-1))
+	return int(max(1024, (n+n/2+7)&^7))
+}
+
+// memSortKeys is how many keys the flusher's sort buffer is made for: an
+// index full up to memFull.
+func memSortKeys(keys uint64) int {
+	return int(memSlotsFor(keys))*4/5 + 1
+}
+
+// slotOf maps a slot hash onto a table of n slots (its high bits).
+func slotOf(sh uint64, n int) uint64 {
+	hi, _ := bits.Mul64(sh, uint64(n))
+	return hi
 }
 
 // reset empties m for reuse as a new index, keeping its table and entry
@@ -155,6 +207,7 @@ func (m *memIndex) reset(logNum uint64) {
 	}
 	m.released = false
 	m.n = 0
+	m.used = 0
 	m.gens = m.gens[:0]
 	m.logNum = logNum
 	// A new life: once flushed again it is retired and recycled again
@@ -168,25 +221,93 @@ func slotHash(gen uint64, h partition.Hash) uint64 {
 	return (h.Lo ^ gen*0x9E3779B97F4A7C15) * 0xBF58476D1CE4E5B9
 }
 
-func (m *memIndex) at(i int) *memEntry {
-	return &m.chunks[i>>memChunkBits][i&(1<<memChunkBits-1)]
+// hashAt returns the hash of entry e.
+func (m *memIndex) hashAt(e uint32) *partition.Hash {
+	return &m.chunks[e>>memChunkBits][e&(1<<memChunkBits-1)]
 }
 
-func (m *memIndex) appendEntry(e memEntry) {
-	if m.n>>memChunkBits == len(m.chunks) {
-		r := allocRegion(memEntryBytes<<memChunkBits, MemIndexEntries)
+// versionAt returns the version of entry e.
+func (m *memIndex) versionAt(e uint32) uint64 {
+	if v := m.vchunks[e>>memChunkBits]; v != nil {
+		return v[e&(1<<memChunkBits-1)]
+	}
+	return 0
+}
+
+// setVersion sets the version of entry e, making its chunk's versions if
+// they are not made yet (they read as 0 until set).
+func (m *memIndex) setVersion(e uint32, version uint64) {
+	c := e >> memChunkBits
+	if m.vchunks[c] == nil {
+		if version == 0 {
+			return
+		}
+		r := allocRegion(memVersionBytes<<memChunkBits, MemIndexEntries)
 		m.off.chunks = append(m.off.chunks, r)
-		m.chunks = append(m.chunks, regionOf[memEntry](r, 1<<memChunkBits))
+		m.vchunks[c] = regionOf[uint64](r, 1<<memChunkBits)
 	}
-	*m.at(m.n) = e
-	m.n++
+	m.vchunks[c][e&(1<<memChunkBits-1)] = version
 }
 
-// each calls fn for every entry, under the read lock.
-func (m *memIndex) each(fn func(e *memEntry)) {
-	for i := 0; i < m.n; i++ {
-		fn(m.at(i))
+// genOf returns gen's count, added if m holds no key of gen yet.
+func (m *memIndex) genOf(gen uint64) *genCount {
+	for i := range m.gens {
+		if m.gens[i].gen == gen {
+			return &m.gens[i]
+		}
 	}
+	m.gens = append(m.gens, genCount{gen: gen})
+	return &m.gens[len(m.gens)-1]
+}
+
+// appendKey stores (gen, h, version) in gen's chunk and returns its entry.
+func (m *memIndex) appendKey(gen uint64, h partition.Hash, version uint64) uint32 {
+	g := m.genOf(gen)
+	c := g.cur - 1
+	if c < 0 || m.clen[c] == 1<<memChunkBits {
+		c = m.newChunk(gen)
+		g.cur = c + 1
+	}
+	e := uint32(c<<memChunkBits | m.clen[c])
+	m.chunks[c][m.clen[c]] = h
+	m.clen[c]++
+	if version != 0 || m.vchunks[c] != nil {
+		m.setVersion(e, version)
+	}
+	g.keys++
+	m.n++
+	return e
+}
+
+// newChunk starts a chunk for keys of gen (one kept from an earlier life
+// if there is one) and returns its index.
+func (m *memIndex) newChunk(gen uint64) int {
+	c := m.used
+	if c == len(m.chunks) {
+		r := allocRegion(memKeyBytes<<memChunkBits, MemIndexEntries)
+		m.off.chunks = append(m.off.chunks, r)
+		m.chunks = append(m.chunks, regionOf[partition.Hash](r, 1<<memChunkBits))
+		m.vchunks = append(m.vchunks, nil)
+		m.chunkGen = append(m.chunkGen, 0)
+		m.clen = append(m.clen, 0)
+	}
+	m.chunkGen[c], m.clen[c] = gen, 0
+	m.used++
+	return c
+}
+
+// each calls fn for every entry (generation, hash, version), under the
+// read lock, until fn returns an error, which it returns.
+func (m *memIndex) each(fn func(gen uint64, h partition.Hash, version uint64) error) error {
+	for c := range m.used {
+		for p := range m.clen[c] {
+			e := uint32(c<<memChunkBits | p)
+			if err := fn(m.chunkGen[c], m.chunks[c][p], m.versionAt(e)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // len returns the number of distinct keys.
@@ -220,9 +341,9 @@ func (m *memIndex) putAll(es []entry) {
 		// Without a growth inside the group, the slots read are the ones
 		// the inserts start at.
 		if memTouchAhead && len(m.slots) > 0 && !memFull(m.n+len(group), len(m.slots)) {
-			shift := 64 - bits.Len(uint(len(m.slots)-1))
+			n := len(m.slots)
 			for j := range group {
-				sink += m.slots[slotHash(group[j].gen, group[j].h)>>shift]
+				sink += m.slots[slotOf(slotHash(group[j].gen, group[j].h), n)]
 			}
 		}
 		for j := range group {
@@ -236,50 +357,43 @@ func (m *memIndex) put(gen uint64, h partition.Hash, version uint64) {
 	if memFull(m.n+1, len(m.slots)) {
 		m.grow()
 	}
-	mask := uint64(len(m.slots) - 1)
+	n := uint64(len(m.slots))
 	sh := slotHash(gen, h)
-	fp := sh >> 32 << 32
-	for i := sh >> (64 - bits.Len(uint(mask))); ; i = (i + 1) & mask {
+	fp := sh << 32
+	for i := slotOf(sh, int(n)); ; {
 		s := m.slots[i]
 		if s == 0 {
-			m.appendEntry(memEntry{gen: gen, h: h, version: version})
-			m.slots[i] = fp | uint64(m.n)
-			m.count(gen)
+			e := m.appendKey(gen, h, version)
+			m.slots[i] = fp | uint64(e+1)
 			return
 		}
-		if s&^0xFFFFFFFF != fp {
-			continue
+		if s&^0xFFFFFFFF == fp {
+			e := uint32(s) - 1
+			if m.chunkGen[e>>memChunkBits] == gen && *m.hashAt(e) == h {
+				m.setVersion(e, version)
+				return
+			}
 		}
-		if e := m.at(int(uint32(s)) - 1); e.gen == gen && e.h == h {
-			e.version = version
-			return
+		if i++; i == n {
+			i = 0
 		}
 	}
-}
-
-func (m *memIndex) count(gen uint64) {
-	for i := range m.gens {
-		if m.gens[i].gen == gen {
-			m.gens[i].keys++
-			return
-		}
-	}
-	m.gens = append(m.gens, genCount{gen: gen, keys: 1})
 }
 
 func (m *memIndex) grow() {
 	n := max(1024, 2*len(m.slots))
 	m.setSlots(n)
-	mask := uint64(n - 1)
-	shift := 64 - bits.Len(uint(mask))
-	for j := 0; j < m.n; j++ {
-		e := m.at(j)
-		sh := slotHash(e.gen, e.h)
-		i := sh >> shift
-		for m.slots[i] != 0 {
-			i = (i + 1) & mask
+	for c := range m.used {
+		for p := range m.clen[c] {
+			sh := slotHash(m.chunkGen[c], m.chunks[c][p])
+			i := slotOf(sh, n)
+			for m.slots[i] != 0 {
+				if i++; i == uint64(n) {
+					i = 0
+				}
+			}
+			m.slots[i] = sh<<32 | uint64(c<<memChunkBits|p) + 1
 		}
-		m.slots[i] = sh>>32<<32 | uint64(j+1)
 	}
 }
 
@@ -290,22 +404,25 @@ func (m *memIndex) get(gen uint64, h partition.Hash) (uint64, bool) {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if len(m.slots) == 0 {
+	n := uint64(len(m.slots))
+	if n == 0 {
 		return 0, false
 	}
-	mask := uint64(len(m.slots) - 1)
 	sh := slotHash(gen, h)
-	fp := sh >> 32 << 32
-	for i := sh >> (64 - bits.Len(uint(mask))); ; i = (i + 1) & mask {
+	fp := sh << 32
+	for i := slotOf(sh, int(n)); ; {
 		s := m.slots[i]
 		if s == 0 {
 			return 0, false
 		}
-		if s&^0xFFFFFFFF != fp {
-			continue
+		if s&^0xFFFFFFFF == fp {
+			e := uint32(s) - 1
+			if m.chunkGen[e>>memChunkBits] == gen && *m.hashAt(e) == h {
+				return m.versionAt(e), true
+			}
 		}
-		if e := m.at(int(uint32(s)) - 1); e.gen == gen && e.h == h {
-			return e.version, true
+		if i++; i == n {
+			i = 0
 		}
 	}
 }
@@ -338,8 +455,8 @@ func (m *memIndex) generations(dst []uint64) []uint64 {
 	return dst
 }
 
-// sortedGen returns a sorted copy of the entries of gen (gen < 0: all of
-// them, sorted by generation then hash).
+// sorted returns a sorted copy of the entries of gen (all: every entry,
+// sorted by generation then hash).
 func (m *memIndex) sorted(gen uint64, all bool) []memEntry {
 	if m == nil {
 		return nil
@@ -349,10 +466,11 @@ func (m *memIndex) sorted(gen uint64, all bool) []memEntry {
 	if all {
 		out = make([]memEntry, 0, m.n)
 	}
-	m.each(func(e *memEntry) {
-		if all || e.gen == gen {
-			out = append(out, *e)
+	_ = m.each(func(g uint64, h partition.Hash, v uint64) error {
+		if all || g == gen {
+			out = append(out, memEntry{gen: g, h: h, version: v})
 		}
+		return nil
 	})
 	m.mu.RUnlock()
 	sortMem(out)
@@ -360,47 +478,33 @@ func (m *memIndex) sorted(gen uint64, all bool) []memEntry {
 }
 
 // sortRefs returns the entries of m sorted by (gen, h), as references into
-// m (refEntry reads one), in refs; tmp is scratch of the same length. Both
-// and counts (the counting pass's) are grown as needed and returned (refs
-// sorted) for reuse, so that a flush copies no
-// entry: a reference costs 8 bytes where a sorted copy cost 32 and its
-// scratch 32 more (90 MB of garbage per 64 MiB index, which the Go runtime
-// then kept as heap headroom). A reference holds the top 32 bits of the
-// hash above the entry's position, so the sort mostly compares references
-// and reads an entry only on a tie of those bits.
-func (m *memIndex) sortRefs(refs, tmp []uint64, counts []int) ([]uint64, []uint64, []int) {
+// m (gatherRefs reads them), in refs, grown as needed, with counts as
+// scratch; both are returned for reuse, so that a flush copies no entry: a
+// reference costs 8 bytes where a sorted copy cost 32 and its scratch 32
+// more (90 MB of garbage per 64 MiB index, which the Go runtime then kept
+// as heap headroom). A reference holds the top 32 bits of the hash above
+// the entry, so the sort mostly compares references and reads a hash only
+// on a tie of those bits. Chunks hold one generation each, so each
+// generation is sorted straight from its chunks (a counting pass on the
+// top bits, a scatter, an insertion sort inside the tiny buckets), with no
+// second buffer (16 bytes per key until session 8).
+func (m *memIndex) sortRefs(refs []uint64, counts []int) ([]uint64, []int) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	n := m.n
 	refs = slices.Grow(refs[:0], n)[:n]
-	tmp = slices.Grow(tmp[:0], n)[:n]
 	if n == 0 {
-		return refs, tmp, counts
+		return refs, counts
 	}
-	// Group by generation into tmp (few generations: a counting pass).
 	gens := slices.Clone(m.gens)
 	slices.SortFunc(gens, func(a, b genCount) int { return cmp.Compare(a.gen, b.gen) })
-	offs := make([]int, len(gens)+1)
-	for i, g := range gens {
-		offs[i+1] = offs[i] + int(g.keys)
+	off := 0
+	for _, g := range gens {
+		dst := refs[off : off+int(g.keys)]
+		counts = m.sortGenRefs(g.gen, dst, counts)
+		off += int(g.keys)
 	}
-	next := slices.Clone(offs[:len(gens)])
-	gi := 0
-	for i := 0; i < n; i++ {
-		e := m.at(i)
-		if gens[gi].gen != e.gen {
-			gi, _ = slices.BinarySearchFunc(gens, e.gen, func(g genCount, gen uint64) int { return cmp.Compare(g.gen, gen) })
-		}
-		tmp[next[gi]] = e.h.Hi>>32<<32 | uint64(i)
-		next[gi]++
-	}
-	// Within a generation the hashes are uniform: one counting pass on the
-	// top bits into refs, then an insertion sort inside the tiny buckets.
-	for gi := range gens {
-		src, dst := tmp[offs[gi]:offs[gi+1]], refs[offs[gi]:offs[gi+1]]
-		counts = m.sortGenRefs(src, dst, counts)
-	}
-	return refs, tmp, counts
+	return refs, counts
 }
 
 // memGatherLen is how many entries gatherRefs copies at a time: 128 KiB.
@@ -415,30 +519,42 @@ func (m *memIndex) gatherRefs(dst []memEntry, refs []uint64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for i, r := range refs {
-		dst[i] = *m.refEntry(r)
+		e := uint32(r)
+		dst[i] = memEntry{gen: m.chunkGen[e>>memChunkBits], h: *m.hashAt(e), version: m.versionAt(e)}
 	}
 }
 
-// sortGenRefs sorts the references src (one generation) into dst by hash,
-// with counts as scratch, and returns counts for reuse.
-func (m *memIndex) sortGenRefs(src, dst []uint64, counts []int) []int {
-	n := len(src)
+// sortGenRefs writes references to the keys of gen (len(dst) of them)
+// into dst sorted by hash, with counts as scratch, and returns counts for
+// reuse.
+func (m *memIndex) sortGenRefs(gen uint64, dst []uint64, counts []int) []int {
+	n := len(dst)
 	// At most 64k buckets (512 KiB of counts, kept by the store): a 1M-key
 	// index leaves 16 keys per bucket, sorted by comparing references.
 	shift := 64 - min(bits.Len(uint(n)), 16)
 	nb := 1 << (64 - shift)
 	counts = slices.Grow(counts[:0], nb+1)[:nb+1]
 	clear(counts)
-	for _, r := range src {
-		counts[1+int(r>>shift)]++
+	for c := range m.used {
+		if m.chunkGen[c] != gen {
+			continue
+		}
+		for _, h := range m.chunks[c][:m.clen[c]] {
+			counts[1+int(h.Hi>>shift)]++
+		}
 	}
 	for i := 1; i <= nb; i++ {
 		counts[i] += counts[i-1]
 	}
-	for _, r := range src {
-		d := int(r >> shift)
-		dst[counts[d]] = r
-		counts[d]++
+	for c := range m.used {
+		if m.chunkGen[c] != gen {
+			continue
+		}
+		for p, h := range m.chunks[c][:m.clen[c]] {
+			d := int(h.Hi >> shift)
+			dst[counts[d]] = h.Hi>>32<<32 | uint64(c<<memChunkBits|p)
+			counts[d]++
+		}
 	}
 	for i := 1; i < n; i++ {
 		for j := i; j > 0 && m.refLess(dst[j], dst[j-1]); j-- {
@@ -453,12 +569,9 @@ func (m *memIndex) refLess(a, b uint64) bool {
 	if a>>32 != b>>32 {
 		return a>>32 < b>>32
 	}
-	ea, eb := m.refEntry(a), m.refEntry(b)
-	return ea.h.Hi < eb.h.Hi || ea.h.Hi == eb.h.Hi && ea.h.Lo < eb.h.Lo
+	ha, hb := m.hashAt(uint32(a)), m.hashAt(uint32(b))
+	return ha.Hi < hb.Hi || ha.Hi == hb.Hi && ha.Lo < hb.Lo
 }
-
-// refEntry returns the entry a reference of sortRefs points to.
-func (m *memIndex) refEntry(r uint64) *memEntry { return m.at(int(uint32(r))) }
 
 // sortMem sorts es by (gen, h), stably: equal keys keep their order, which
 // sortLoaded relies on to keep the last Load of a key (every branch below is
@@ -551,15 +664,14 @@ func (s *Store) recycle(m *memIndex) {
 	}
 }
 
-// sortBuffers returns the flusher's two sort buffers for an index of n keys,
-// views of s.flushBuf (memalloc.go), which flushMem releases once the flush
+// sortBuffer returns the flusher's sort buffer for an index of n keys, a
+// view of s.flushBuf (memalloc.go), which flushMem releases once the flush
 // is written: its pages are resident only while a flush runs. The mapping
-// is sized for the largest index (1.5 memKeys, memFull) so it is made once.
-func (s *Store) sortBuffers(n int) (refs, tmp []uint64) {
-	if len(s.flushBuf) < 16*n {
+// is sized for the largest index (memSortKeys) so it is made once.
+func (s *Store) sortBuffer(n int) []uint64 {
+	if len(s.flushBuf) < 8*n {
 		freeRegion(s.flushBuf) // the flusher's own: nothing else sees it
-		s.flushBuf = allocRegion(16*max(n, int(s.memKeys)*3/2+1), MemSortBuffers)
+		s.flushBuf = allocRegion(8*max(n, memSortKeys(s.memKeys)), MemSortBuffers)
 	}
-	half := len(s.flushBuf) / 2
-	return regionOf[uint64](s.flushBuf, n), regionOf[uint64](s.flushBuf[half:], n)
+	return regionOf[uint64](s.flushBuf, n)
 }

@@ -123,7 +123,7 @@ func TestSortLoadedKeepsLastLoad(t *testing.T) {
 // reference carries (so the order falls to the entries) and buffers reused
 // from a larger sort.
 func TestMemSortRefs(t *testing.T) {
-	var refs, tmp []uint64
+	var refs []uint64
 	var counts []int
 	for _, n := range []int{0, 1, 7, 1000, 70000, 3000} {
 		m := newMemIndex(0, 0)
@@ -137,14 +137,16 @@ func TestMemSortRefs(t *testing.T) {
 			es[i] = entry{gen: uint64(5 + i%4), h: h, version: uint64(i)}
 		}
 		m.putAll(es)
-		refs, tmp, counts = m.sortRefs(refs, tmp, counts)
+		refs, counts = m.sortRefs(refs, counts)
 		want := m.sorted(0, true)
 		if len(refs) != len(want) {
 			t.Fatalf("n=%d: %d references, want %d", n, len(refs), len(want))
 		}
-		for i, r := range refs {
-			if got := *m.refEntry(r); got != want[i] {
-				t.Fatalf("n=%d: reference %d is %+v, want %+v", n, i, got, want[i])
+		got := make([]memEntry, len(refs))
+		m.gatherRefs(got, refs)
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("n=%d: reference %d is %+v, want %+v", n, i, got[i], want[i])
 			}
 		}
 	}
@@ -152,10 +154,10 @@ func TestMemSortRefs(t *testing.T) {
 
 // TestMemIndexHandoverRoom: an index sized for memKeys keys takes the
 // Commit that reaches memKeys without growing its table, even when that
-// Commit brings half as many keys again (a growth rehashed the whole index
-// and doubled its table for every later reuse).
+// Commit brings a fifth as many keys again (a growth rehashed the whole
+// index and doubled its table for every later reuse).
 func TestMemIndexHandoverRoom(t *testing.T) {
-	keys := memKeysFor(4 << 20)
+	keys := memKeysFor(4<<20, false)
 	m := newMemIndex(0, keys)
 	slots := len(m.slots)
 	var es []entry
@@ -164,14 +166,14 @@ func TestMemIndexHandoverRoom(t *testing.T) {
 	}
 	m.putAll(es)
 	es = es[:0]
-	for i := range keys / 2 {
+	for i := range keys / 5 {
 		es = append(es, entry{gen: 1, h: keyOf(6, i)})
 	}
 	m.putAll(es)
 	if len(m.slots) != slots {
 		t.Fatalf("table grew from %d to %d slots with %d keys (sized for %d)", slots, len(m.slots), m.len(), keys)
 	}
-	if uint64(m.len()) != keys-1+keys/2 {
-		t.Fatalf("%d keys, want %d", m.len(), keys-1+keys/2)
+	if uint64(m.len()) != keys-1+keys/5 {
+		t.Fatalf("%d keys, want %d", m.len(), keys-1+keys/5)
 	}
 }

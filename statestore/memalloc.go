@@ -3,6 +3,8 @@ package statestore
 import (
 	"sync"
 	"unsafe"
+
+	"github.com/dedupstream/dedupstream/partition"
 )
 
 // The indexes of recent keys and the flusher's sort buffers are large
@@ -24,8 +26,8 @@ import (
 // lock, the sort buffers by the flusher, an index's regions by a runtime
 // cleanup once the index is garbage (memOff).
 
-// memEntryBytes is what memIndexBytes counts per entry: exact.
-var _ = [1]struct{}{}[unsafe.Sizeof(memEntry{})-memEntryBytes]
+// memKeyBytes is what memIndexBytes counts per hash: exact.
+var _ = [1]struct{}{}[unsafe.Sizeof(partition.Hash{})-memKeyBytes]
 
 // regionOf returns a view of r as a slice of n values of T; r must hold
 // them (len(r) >= n*sizeof(T)) and T must hold no pointers.

@@ -15,12 +15,15 @@ import (
 // document them without repeating the numbers.
 const (
 	DefaultCacheSize    int64  = 128 << 20
-	DefaultMemTableSize uint64 = 64 << 20
+	DefaultMemTableSize uint64 = 32 << 20
 )
 
 // minMemTableSize keeps MemTableSize above Pebble's smallest useful memtable;
 // tests use small memtables to force flushes, production uses DefaultMemTableSize.
-const minMemTableSize = 64 << 10
+// 32 KiB holds 1024 keys (the smallest index), as 64 KiB did until the
+// index's keys shrank in session 8; Pebble's memtable stays at least
+// 64 KiB (pebbleMemTableSize).
+const minMemTableSize = 32 << 10
 
 // Options configures a Store. The zero value is valid: every field has a
 // default.
@@ -56,13 +59,17 @@ type Options struct {
 	// MemTableSize is the size in bytes of one index of recent keys (the
 	// layout's memtable: Commits go there, and it is written as runs when
 	// full). A store holds two (the active one and the one being written)
-	// and sort buffers of a third of one, and reserves them in its block
-	// cache; they live off the Go heap, and only the active one stays
-	// resident between flushes. An index of 64 MiB holds 1M keys. Pebble's own memtable holds
-	// only metadata and is min(MemTableSize, 512 KiB).
+	// and a sort buffer of 8 bytes per key (about a quarter of one), and
+	// reserves them in its block cache; they live off the Go heap, and only
+	// the active one stays resident between flushes. A key costs 28 bytes
+	// of index (36 in mode "version"): an index of 32 MiB holds 1.2M keys
+	// (930k with versions), where 64 MiB held 1M keys
+	// until session 8. Pebble's own memtable holds only metadata and is
+	// min(MemTableSize, 512 KiB).
 	//
-	// The default value is 64 MiB (DefaultMemTableSize); DESIGN asks for at
-	// least that in production. Values below 64 KiB are rejected.
+	// The default value is 32 MiB (DefaultMemTableSize): about as many keys
+	// per run as 64 MiB held before session 8, so runs and merges are the
+	// same size. Values below 32 KiB are rejected.
 	MemTableSize uint64
 
 	// DisableWAL turns Pebble's write-ahead log off. See "Crash semantics" in
@@ -190,7 +197,7 @@ func (o *Options) indexReservation() uint64 {
 	if o.ReadOnly {
 		return 0
 	}
-	return memReservedBytes(o.memKeys())
+	return memReservedBytes(o.memKeys(), o.VersionMode)
 }
 
 // pebbleOptions translates Options into Pebble's. Each choice is explained
@@ -267,7 +274,7 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.
 // before the flusher writes them as runs: as many as an index of
 // MemTableSize bytes holds (memKeysFor), at least 1024.
 func (o *Options) memKeys() uint64 {
-	return memKeysFor(o.MemTableSize)
+	return memKeysFor(o.MemTableSize, o.VersionMode)
 }
 
 // maxPebbleMemTableSize bounds Pebble's own memtable. With layout 2 it
@@ -277,8 +284,13 @@ func (o *Options) memKeys() uint64 {
 // budget.
 const maxPebbleMemTableSize = 512 << 10
 
+// minPebbleMemTableSize is the smallest Pebble memtable: its metadata
+// batches (the run registry) stay below its large-batch threshold (half).
+const minPebbleMemTableSize = 64 << 10
+
 // pebbleMemTableSize is Pebble's memtable size: MemTableSize sizes the
-// index of recent keys, Pebble's memtable is at most 512 KiB.
+// index of recent keys, Pebble's memtable is MemTableSize within 64 and
+// 512 KiB.
 func (o *Options) pebbleMemTableSize() uint64 {
-	return min(o.MemTableSize, maxPebbleMemTableSize)
+	return min(max(o.MemTableSize, minPebbleMemTableSize), maxPebbleMemTableSize)
 }

@@ -378,9 +378,9 @@ func (s *Store) flushMem(job *flushJob) error {
 	// keysOf is how many keys of gen the flush writes: its run's filter
 	// is sized for them.
 	keysOf := job.mem.keysOf
-	refs, tmp := s.sortBuffers(job.mem.len())
+	refs := s.sortBuffer(job.mem.len())
 	defer releaseRegion(s.flushBuf)
-	s.flushRefs, s.flushTmp, s.flushCounts = job.mem.sortRefs(refs, tmp, s.flushCounts)
+	s.flushRefs, s.flushCounts = job.mem.sortRefs(refs, s.flushCounts)
 	refs, m := s.flushRefs, job.mem
 	if s.flushGather == nil {
 		s.flushGather = make([]memEntry, memGatherLen)

@@ -105,12 +105,13 @@ func (s *Store) ScanSince(m Mark, fn func(gen uint64, h partition.Hash) error) (
 			continue
 		}
 		mi.mu.RLock()
-		for i := 0; i < mi.n && err == nil; i++ {
-			if e := mi.at(i); e.gen >= floor {
-				err = fn(e.gen, e.h)
-				keys++
+		err = mi.each(func(gen uint64, h partition.Hash, _ uint64) error {
+			if gen < floor {
+				return nil
 			}
-		}
+			keys++
+			return fn(gen, h)
+		})
 		mi.mu.RUnlock()
 		if err != nil {
 			return keys, err

@@ -17,9 +17,9 @@ import (
 func TestScanSince(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	opts := testOptions(fs)
-	opts.MemTableSize = 72 << 10 // 1280 keys per index (memKeysFor): many runs, merges
+	opts.MemTableSize = minMemTableSize // 2340 keys per index (memKeysFor): many runs, merges
 	s := mustOpen(t, "st", opts)
-	const commits, perCommit, markAt, floor = 40, 500, 24, 2
+	const commits, perCommit, markAt, floor = 40, 1200, 24, 2
 	genOf := func(i uint64) uint64 { return 1 + i/10 } // generations 1..4
 	var mark Mark
 	stored := map[partition.Hash]uint64{}

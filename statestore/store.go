@@ -110,14 +110,14 @@ type Store struct {
 	// unreserve releases the index memory reserved in the block cache at
 	// Open (Options.indexReservation); Close calls it (under wmu).
 	unreserve func()
-	// flushRefs, flushTmp and flushCounts are the flusher's sort buffers
-	// (memIndex.sortRefs): 16 bytes per key of an index in flushBuf, off
-	// the Go heap and resident only while a flush runs (sortBuffers), and
+	// flushRefs and flushCounts are the flusher's sort buffers
+	// (memIndex.sortRefs): 8 bytes per key of an index in flushBuf, off
+	// the Go heap and resident only while a flush runs (sortBuffer), and
 	// up to 512 KiB of counts.
-	flushBuf            []byte
-	flushRefs, flushTmp []uint64
-	flushCounts         []int
-	flushGather         []memEntry // memGatherLen entries
+	flushBuf    []byte
+	flushRefs   []uint64
+	flushCounts []int
+	flushGather []memEntry // memGatherLen entries
 
 	mu    sync.Mutex // guards state and floor for readers
 	state State
