@@ -3,7 +3,6 @@ package statestore
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -33,17 +32,22 @@ import (
 //
 // The budget is a bound, not a target: blocks are held only as far as reads
 // need them. The stores tell the budget the index blocks of their live runs
-// and the filter blocks of runs whose filter is not in memory (what every
-// probe of a run reads from the cache), and the bytes of the filters kept
-// in memory, counted with the reservations; the budget reserves whatever
+// (what every probe of a run reads from the cache; runs carry no Pebble
+// filter blocks in layout 3, their filters are the store's own, in
+// memory), the bytes of their runs, and the bytes of the filters kept in
+// memory, counted with the reservations; the budget reserves whatever
 // room for blocks is beyond
 //
-//	blocks = max(need * 3/2 + BlockDataRoom, 2 * shards * largest filter)
+//	blocks = need * 3/2 + dataRoom(run bytes)
 //
 // (blockTarget), so data blocks, which a confirming read needs once, come
 // from the operating system's page cache instead of filling the process:
 // at 100M keys in one stage the cache otherwise held ~4 bytes per key of
 // data blocks (docs/benchmarks.md, "Memory: blocks as reads need them").
+// The data room is BlockDataRoom while the runs are at most four times
+// that, and shrinks as they grow past it (dataRoom): confirming reads
+// land on uniformly random blocks, so a room of R bytes serves R/data of
+// them, and 32 MiB served 2 % at 100M keys for 0.34 bytes per key.
 //
 // The indexes and the kept run filters are off the Go heap where the
 // platform allows (memalloc.go), the blocks C memory; the Bloom fronts and
@@ -54,7 +58,6 @@ type Budget struct {
 	size     int64
 	memTable uint64 // explicit override; 0 derives it from size
 	cache    *pebble.Cache
-	shards   int // the cache's shard count (cacheShards)
 
 	mu     sync.Mutex
 	stores map[*Store]blockNeed // the stores open on the cache
@@ -68,8 +71,8 @@ type Budget struct {
 type blockNeed struct {
 	reserved int64 // its indexes and Pebble's memtables (reservations)
 	kept     int64 // the run filters it keeps in memory (reservations)
-	need     int64 // filter and index blocks of its live runs
-	largest  int64 // its largest filter block
+	need     int64 // index blocks of its live runs
+	data     int64 // bytes of its live runs
 }
 
 // Defaults and bounds of a Budget.
@@ -128,36 +131,43 @@ func NewBudget(size int64, memTable uint64) (*Budget, error) {
 		return nil, err
 	}
 	return &Budget{size: size, memTable: memTable, cache: pebble.NewCache(size),
-		shards: cacheShards(size), stores: map[*Store]blockNeed{}}, nil
+		stores: map[*Store]blockNeed{}}, nil
 }
 
 // BlockDataRoom is the room for data blocks a budget keeps beyond the
-// filter and index blocks the stores need: the blocks of the newest
-// reads. Data blocks beyond it come from the page cache (a confirming
-// read of a key in a run reads one; BenchmarkLayout measures the cost).
+// index blocks the stores need while their runs are small (dataRoom): the
+// blocks of the newest reads. Data blocks beyond it come from the page
+// cache (a confirming read of a key in a run reads one; BenchmarkLayout
+// measures the cost).
 const BlockDataRoom int64 = 32 << 20
 
 // blockDataRoom is BlockDataRoom; tests shrink it.
 var blockDataRoom = BlockDataRoom
 
-// cacheShards is the shard count pebble.NewCache gives a cache of size
-// bytes (4 per GOMAXPROCS, 4 when a shard would be below 4 MiB). A block
-// larger than a shard's share is never cached, so the room for blocks
-// keeps two of the largest filter per shard.
-func cacheShards(size int64) int {
-	m := 4 * runtime.GOMAXPROCS(0)
-	if m > 4 && size/int64(m) < 4<<20 {
-		m = 4
+// minBlockDataRoom is the least room for data blocks (dataRoom).
+const minBlockDataRoom int64 = 4 << 20
+
+// dataRoom is the room for data blocks beside runs of data bytes:
+// blockDataRoom while they are at most four times that (a quarter or
+// more of the reads then find their block there; at 1M keys all of them
+// do), then blockDataRoom x (4 blockDataRoom / data), which keeps the
+// room's bytes times its share of the reads constant, down to
+// minBlockDataRoom: 8 MiB at 30M keys, 4 at 100M, where 32 MiB cost 0.34
+// bytes per key for 2 % of the reads (docs/benchmarks.md, "Memory at
+// 100M by owner").
+func dataRoom(data int64) int64 {
+	if data <= 4*blockDataRoom {
+		return blockDataRoom
 	}
-	return m
+	return max(min(blockDataRoom, minBlockDataRoom), int64(float64(blockDataRoom)*float64(4*blockDataRoom)/float64(data)))
 }
 
 // blockTarget is the room for blocks the stores' needs call for: their
-// filter and index blocks half again (the cache's eviction is not exact
-// and its shards fill unevenly), BlockDataRoom for data blocks, and at
-// least two of the largest filter block per shard.
-func blockTarget(need, largest int64, shards int) int64 {
-	return max(need+need/2+blockDataRoom, 2*int64(shards)*largest)
+// index blocks half again (the cache's eviction is not exact and its
+// shards fill unevenly) and the room for data blocks beside data bytes of
+// runs (dataRoom).
+func blockTarget(need, data int64) int64 {
+	return need + need/2 + dataRoom(data)
 }
 
 // attach registers s, opened on the budget's cache, reserving reserved
@@ -165,8 +175,8 @@ func blockTarget(need, largest int64, shards int) int64 {
 func (b *Budget) attach(s *Store, reserved int64, rs *runSet) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	need, largest, kept := rs.blockNeed()
-	b.stores[s] = blockNeed{reserved: reserved, kept: kept, need: need, largest: largest}
+	need, data, kept := rs.blockNeed()
+	b.stores[s] = blockNeed{reserved: reserved, kept: kept, need: need, data: data}
 	b.rebalanceLocked()
 }
 
@@ -180,14 +190,14 @@ func (b *Budget) detach(s *Store) {
 
 // noteRuns records that s's live runs are now rs.
 func (b *Budget) noteRuns(s *Store, rs *runSet) {
-	need, largest, kept := rs.blockNeed()
+	need, data, kept := rs.blockNeed()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	n, ok := b.stores[s]
-	if !ok || n.need == need && n.largest == largest && n.kept == kept {
+	if !ok || n.need == need && n.data == data && n.kept == kept {
 		return
 	}
-	n.need, n.largest, n.kept = need, largest, kept
+	n.need, n.data, n.kept = need, data, kept
 	b.stores[s] = n
 	b.rebalanceLocked()
 }
@@ -208,13 +218,13 @@ func (b *Budget) reservedLocked() int64 {
 // The old reservation is released before the new one is taken, so blocks
 // are evicted only when the room shrinks. Under mu.
 func (b *Budget) rebalanceLocked() {
-	var need, largest int64
+	var need, data int64
 	for _, n := range b.stores {
 		need += n.need
-		largest = max(largest, n.largest)
+		data += n.data
 	}
 	reserved := b.reservedLocked()
-	spare := max(0, b.size-reserved-blockTarget(need, largest, b.shards))
+	spare := max(0, b.size-reserved-blockTarget(need, data))
 	if len(b.stores) == 0 {
 		spare = 0
 	}
@@ -317,31 +327,37 @@ func (b *Budget) Close() {
 	b.cache.Unref()
 }
 
-// blockNeed returns the filter and index blocks of rs's runs, which every
-// probe of a run reads, the largest filter block, and the bytes of the
-// filters kept in memory (kept): a run's filter is 8 bits per key
-// (filter.go), its index about 1/64 of its bytes (a 4 KiB data block of
-// ~190 keys has one entry of a separator and a handle). A run whose filter
-// the store keeps in memory needs only its index blocks from the cache:
-// its iterators skip Pebble's filter, and the kept filter is reserved in
-// the cache on its own (keepFilters). Until session 7 it was counted in
-// need as well, so the cache left room for the filters twice: 1.9 bytes
-// per key of room for blocks at 100M keys where 0.6 were needed.
-func (rs *runSet) blockNeed() (need, largest, kept int64) {
+// runIndexRatio is a run's bytes per byte of its index blocks, rounded
+// down from the measured 178 (packs of 64 hashes in 4 KiB blocks: a block
+// of ~230 keys has one index entry of a shortened separator and a handle,
+// ~26 bytes, in partitions of 4 KiB under a top-level index;
+// TestRunIndexEstimate checks it against Pebble's table properties). It
+// was 64 until session 8, from layout 2 (a key per hash): the cache was
+// given room for three times the index blocks the runs had.
+const runIndexRatio = 160
+
+// blockNeed returns the index blocks of rs's runs, which every probe of a
+// run reads from the cache, their bytes (data), and the bytes of the
+// filters kept in memory (kept; 8 bits per key, filter.go). Runs carry no
+// Pebble filter block (layout 3): a run whose filter is in memory needs
+// only its index blocks from the cache (the kept filter is reserved on its
+// own, keepFilters), and so does one whose filter could not be read at
+// Open (it is probed by seeking it). Until session 8 such a run was
+// counted with the filter block layout 2 had, and the kept filters were
+// counted in need as well until session 7 (room for them twice: 1.9 bytes
+// per key of room for blocks at 100M keys where 0.6 were needed).
+func (rs *runSet) blockNeed() (need, data, kept int64) {
 	if rs == nil {
 		return 0, 0, 0
 	}
 	for _, runs := range rs.gens {
 		for _, r := range runs {
-			need += int64(r.bytes / 64)
+			need += int64(r.bytes / runIndexRatio)
+			data += int64(r.bytes)
 			if r.filter != nil {
 				kept += int64(len(r.filter.f))
-				continue
 			}
-			f := int64(runFilterBlocks(r.keys)*runFilterBlockBytes + runFilterTrailer)
-			need += f
-			largest = max(largest, f)
 		}
 	}
-	return need, largest, kept
+	return need, data, kept
 }

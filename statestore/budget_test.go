@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -253,7 +254,7 @@ func TestBudgetBlocksFollowRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFlushed(t, s)
-	need, largest, kept := s.runs.Load().blockNeed()
+	need, data, kept := s.runs.Load().blockNeed()
 	if kept < keys*int64(runFilterBitsPerKey)/8 {
 		t.Fatalf("runs keep %d bytes of filters in memory, less than %d bits for each of %d keys", kept, runFilterBitsPerKey, keys)
 	}
@@ -261,16 +262,10 @@ func TestBudgetBlocksFollowRuns(t *testing.T) {
 		t.Fatalf("runs need %d bytes of blocks beside the %d bytes of filters kept in memory: the filters are counted twice", need, kept)
 	}
 	room := b.BlockRoom()
-	if want := blockTarget(need, largest, b.shards); room != want {
-		t.Fatalf("room %d, want %d for %d bytes of filter and index blocks", room, want, need)
+	if want := blockTarget(need, data); room != want {
+		t.Fatalf("room %d, want %d for %d bytes of index blocks", room, want, need)
 	}
-	var data uint64
-	for _, rs := range s.runs.Load().gens {
-		for _, r := range rs {
-			data += r.bytes
-		}
-	}
-	if int64(data) < room {
+	if data < room {
 		t.Fatalf("runs of %d bytes fit the room %d: the reads below check nothing", data, room)
 	}
 	peak := int64(0)
@@ -293,5 +288,90 @@ func TestBudgetBlocksFollowRuns(t *testing.T) {
 	mustClose(t, s)
 	if got := b.BlockRoom(); got != budgetSize {
 		t.Fatalf("no store open: room %d, want the whole budget %d", got, budgetSize)
+	}
+}
+
+// TestRunIndexEstimate: the index blocks blockNeed counts for a run
+// (bytes / runIndexRatio) are at least those Pebble wrote for it (table
+// properties: every partition and the top-level index) and at most half
+// as much again, so the cache's room for them is neither short nor
+// padded (layout 2's 1/64 was 2.8 times the index blocks of packs).
+func TestRunIndexEstimate(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), Options{MemTableSize: 8 << 20})
+	defer mustClose(t, s)
+	b := s.NewBatch()
+	for c := range uint64(60) {
+		for j := range uint64(10_000) {
+			b.Put(1+c/30, keyOf(c, j), 0)
+		}
+		if _, err := s.Commit(b, State{Generation: 1 + c/30}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitFlushed(t, s)
+	tables, err := s.db.SSTables(pebble.WithProperties())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var index, data int64
+	for _, level := range tables {
+		for _, ti := range level {
+			if ti.Properties.NumEntries < 1000 {
+				continue // metadata, not a run
+			}
+			index += int64(ti.Properties.IndexSize)
+			data += int64(ti.Size)
+		}
+	}
+	need, runBytes, _ := s.runs.Load().blockNeed()
+	if runBytes != data || data < 8<<20 {
+		t.Fatalf("runs of %d bytes, tables of %d: the test reads other tables (or too few)", runBytes, data)
+	}
+	if need < index || need > index*3/2 {
+		t.Fatalf("blockNeed counts %d bytes of index blocks for runs whose tables hold %d", need, index)
+	}
+}
+
+// TestBlockNeedWithoutFilter: a run whose filter is not in memory needs its
+// index blocks only (runs carry no Pebble filter block), and its filter
+// counts nowhere; one whose filter is kept counts it as kept.
+func TestBlockNeedWithoutFilter(t *testing.T) {
+	const bytes = 160 << 20
+	rs := &runSet{gens: map[uint64][]run{1: {{gen: 1, id: 1, keys: 10_000_000, bytes: bytes}}}}
+	need, data, kept := rs.blockNeed()
+	if need != bytes/runIndexRatio || data != bytes || kept != 0 {
+		t.Fatalf("need %d, data %d, kept %d; want %d, %d, 0", need, data, kept, bytes/runIndexRatio, bytes)
+	}
+	mf := newMemFilter(1 << 20)
+	defer mf.drop()
+	rs.gens[1] = append(rs.gens[1], run{gen: 1, id: 2, keys: 1_000_000, bytes: bytes, filter: mf})
+	need, data, kept = rs.blockNeed()
+	if need != 2*(bytes/runIndexRatio) || data != 2*bytes || kept != 1<<20 {
+		t.Fatalf("need %d, data %d, kept %d; want %d, %d, %d", need, data, kept, 2*(bytes/runIndexRatio), 2*bytes, 1<<20)
+	}
+}
+
+// TestDataRoom: the room for data blocks is BlockDataRoom while the runs
+// are at most four times it, then shrinks with the share of reads it can
+// serve, never below minBlockDataRoom; blockTarget adds the index blocks
+// half again.
+func TestDataRoom(t *testing.T) {
+	const room = BlockDataRoom
+	for _, c := range []struct{ data, want int64 }{
+		{0, room},
+		{4 * room, room},
+		{8 * room, room / 2},
+		{16 * room, room / 4},
+		{1 << 40, minBlockDataRoom},
+	} {
+		if got := dataRoom(c.data); got != c.want {
+			t.Errorf("dataRoom(%d) = %d, want %d", c.data, got, c.want)
+		}
+	}
+	if got, want := blockTarget(10<<20, 1<<40), int64(15<<20)+minBlockDataRoom; got != want {
+		t.Errorf("blockTarget = %d, want %d", got, want)
 	}
 }
