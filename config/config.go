@@ -177,7 +177,7 @@ type State struct {
 	// indexes, sort buffers, Pebble's memtables) must then fit in half of
 	// Memory.
 	// The default value is 0: Memory / (6 x owned partitions), in 64KiB
-	// steps, between 4MiB and 64MiB.
+	// steps, between 4MiB and 32MiB.
 	MemTableSize ByteSize `yaml:"memtable_size"`
 	// CacheSize was the block cache of each store; Memory replaces it and
 	// a config that sets it is refused.

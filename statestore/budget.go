@@ -19,7 +19,8 @@ import (
 // cache whose capacity is the whole budget bounds blocks, indexes and
 // memtables together, as long as the reservations stay below it. A store
 // reserves two indexes (the active one and the one being written as runs)
-// and the flusher's sort buffers (a third of an index), Pebble at most
+// and the flusher's sort buffer (8 bytes per key of an index's 28, about
+// 0.3 of one), Pebble at most
 // three memtables of 512 KiB (they hold only metadata), so
 //
 //	MemTableSize = budget / 2 / (memTablesPerStore * stores)
@@ -28,7 +29,7 @@ import (
 // reservations to at most half of the budget. The other half (at least)
 // holds the run filters the stores keep in memory (1 byte per key,
 // reserved by each store as its runs are recorded, filter.go) and sstable
-// index blocks, which every Get needs: ~1 % of the data.
+// index blocks, which every Get needs: ~0.6 % of the data.
 //
 // The budget is a bound, not a target: blocks are held only as far as reads
 // need them. The stores tell the budget the index blocks of their live runs
@@ -93,8 +94,9 @@ const (
 	MinPlannedMemTableSize uint64 = 4 << 20
 
 	// MaxPlannedMemTableSize is the largest memtable a budget derives:
-	// DefaultMemTableSize, what a store had before budgets. Larger ones
-	// measured no faster; the rest of the budget serves blocks.
+	// DefaultMemTableSize (32 MiB, 1.2M keys: as many as 64 MiB held
+	// before session 8, and before budgets). Larger ones measured no
+	// faster; the rest of the budget serves blocks.
 	MaxPlannedMemTableSize = DefaultMemTableSize
 
 	// MinMemory is the smallest budget accepted at all; whether it fits
@@ -102,7 +104,7 @@ const (
 	MinMemory int64 = 4 << 20
 
 	// memTablesPerStore is what one store reserves, in MemTableSize units:
-	// two indexes of recent keys, their sort buffers (a third of one) and
+	// two indexes of recent keys, their sort buffer (0.3 of one) and
 	// Pebble's memtables (at most 3 x 512 KiB, a third of the smallest
 	// planned size); memReservedBytes is the exact figure.
 	memTablesPerStore = 3

@@ -16,12 +16,16 @@
 //
 // Keys a Commit records go to two places: an in-memory index of recent keys
 // (an open-addressing hash table, memIndex) and the commit log. When the
-// index holds as many keys as an index of MemTableSize bytes holds (a
-// 32-byte entry per key and a table kept at most half full: 1M keys in
-// 48 MiB at 64 MiB) it is handed to a background flusher and a new one
-// starts. The flusher sorts references to the keys (8 bytes each, buffers
-// kept across flushes; a sorted copy of the entries cost 64 bytes per key
-// of garbage) and writes them, one generation at a time, as a sorted run: an
+// index holds as many keys as an index of MemTableSize bytes holds (28
+// bytes per key: the 16-byte hash in a chunk of its generation's, 1.5
+// table slots of 8 bytes; 8 more for a version in mode "version": 1.2M
+// keys at the default 32 MiB) it is handed to a background flusher and a
+// new one starts. Until session 8 an entry held the generation and the
+// version beside the hash (32 bytes) in a table kept at most half full:
+// 1M keys cost 48 MiB, and the sort buffers 16 bytes per key more. The
+// flusher sorts references to the keys (8 bytes each, one buffer kept
+// across flushes; a sorted copy of the entries cost 64 bytes per key of
+// garbage) and writes them, one generation at a time, as a sorted run: an
 // sstable written directly (no memtable, no WAL). A run holds its hashes in
 // packs (packs.go): one Pebble KV per 64 consecutive hashes of the run,
 // whose key is 33 bytes, 0x01, the generation (8 bytes big-endian), the run
@@ -204,10 +208,12 @@
 // inserts them into the index; it costs about 0.2 us of CPU per key
 // (BenchmarkMemPut: 85 ns for the insert into a reused table, where
 // growing a new table from empty and inserting one key at a time cost
-// 177 ns). A handover reuses the index flushed before it (table and entry
-// chunks) once no Reader holds it, with its table sized for twice its keys
-// and grown only past three quarters, so the Commit that fills it never
-// grows it. An index's table and entries live off the Go heap
+// 177 ns; the 28-byte index of session 8 inserts at 0.91x the CPU of the
+// 48-byte one, medians of 3 interleaved runs). A handover reuses the index
+// flushed before it (table and entry chunks) once no Reader holds it,
+// with its table sized for 1.5 times its keys and grown only past four
+// fifths, so the Commit that fills it never grows it unless it brings more
+// than a fifth of an index. An index's table and entries live off the Go heap
 // (memalloc.go): once its keys are in runs and no Reader holds it, its
 // pages go back to the operating system, and so do the flusher's sort
 // buffers once a flush is written (and, after each flush, the C
@@ -377,7 +383,7 @@
 //
 //   - Block cache: Pebble charges every allocated memtable to the block
 //     cache, and a writable store reserves its indexes of recent keys in it
-//     (two indexes and the flusher's sort buffers, about 2.4 x MemTableSize:
+//     (two indexes and the flusher's sort buffer, about 2.3 x MemTableSize:
 //     memory the cache then leaves to them), so the cache it gets is
 //     CacheSize plus both. With a plain 128 MiB cache and 64 MiB memtables
 //     no block stayed cached and a Get cost 14 us instead of 4 us. A Budget
@@ -386,9 +392,13 @@
 //     and the run filters kept in memory (1 byte per key) of all of them,
 //     with the index size planned from it (budget.go), and whose room for
 //     blocks follows what reads need: the index blocks of the live runs
-//     (about 0.6 bytes per key at 100M), and the filter blocks of runs
-//     whose filter is not in memory, half again, plus 32 MiB for data
-//     blocks. A confirming read's data block otherwise
+//     (1/178 of a run's bytes measured, 1/160 counted: 0.1 bytes per key)
+//     half again, plus 32 MiB for data blocks while the runs are at most
+//     four times that, shrinking past it with the share of the reads it
+//     serves (4 MiB at 100M keys; budget.go). Until session 8 it counted
+//     1/64 of the runs (layout 2's index blocks) and a filter block for
+//     runs whose filter is not in memory, which packed runs do not have:
+//     0.7 bytes per key of blocks at 100M. A confirming read's data block otherwise
 //     comes from the page cache, which is not the process's memory: with
 //     the whole budget for blocks the cache held ~4 bytes per key of data
 //     blocks at 100M keys, read about once each.
@@ -405,8 +415,8 @@
 //   - No compression: the keys are random hashes after a shared 9-byte prefix
 //     that the columnar block format already strips; Snappy left the size
 //     unchanged (89 vs 87 MiB at 4M keys) and only costs CPU on reads.
-//   - MemTableSize 64 MiB sizes the index of recent keys. Pebble's own
-//     memtable holds only metadata batches and is at most 512 KiB (three
+//   - MemTableSize 32 MiB sizes the index of recent keys. Pebble's own
+//     memtable holds only metadata batches and is 64-512 KiB (three
 //     64 MiB ones reserved 192 MiB of a 512 MiB budget's cache for a few
 //     KiB of metadata), at most two before writes stall.
 //   - L0 files of 16 MiB, L0 compaction at 4 sublevels, write stop at 24,
