@@ -39,12 +39,13 @@ func TestSize(t *testing.T) {
 		// 1 GiB / 72 -> 14,876,672 B): 1088 + 12 x (2 x 14,876,672 + 3.5M) B = 1468.55 -> 1469.
 		{"group 12 on 1", Inputs{Partitions: 12, Replicas: 1, RecordsPerSecond: 1000}, 12, 12, 1469, 1837, 100, 2},
 		// More replicas than partitions: one partition each, two after a
-		// failure; sized for one stage (memtables 64 MiB, the cap):
-		// 1088 + 1 x (128 MiB + 3.5M B) = 1219.3 MiB -> 1220.
-		{"group 4 on 6", Inputs{Partitions: 4, Replicas: 6, RecordsPerSecond: 100000}, 1, 1, 1220, 1525, 600, 1},
-		// Static: the largest file (memtables 1 GiB / 24 -> 44,695,552 B):
-		// 1088 + 4 x (2 x 44,695,552 + 3.5M) B = 1442.4 -> 1443; disk for the file only.
-		{"static 4,4,4", Inputs{Partitions: 12, Replicas: 3, RecordsPerSecond: 20000, StaticShares: []int{4, 4, 4}}, 4, 4, 1443, 1804, 500, 1},
+		// failure; sized for one stage (memtables 32 MiB, the cap):
+		// 1088 + 1 x (64 MiB + 3.5M B) = 1155.3 MiB -> 1156.
+		{"group 4 on 6", Inputs{Partitions: 4, Replicas: 6, RecordsPerSecond: 100000}, 1, 1, 1156, 1445, 600, 1},
+		// Static: the largest file (memtables 1 GiB / 24 -> 44,695,552 B,
+		// capped at 32 MiB): 1088 + 4 x (2 x 32 MiB + 3.5M B) = 1357.4 ->
+		// 1358; disk for the file only.
+		{"static 4,4,4", Inputs{Partitions: 12, Replicas: 3, RecordsPerSecond: 20000, StaticShares: []int{4, 4, 4}}, 4, 4, 1358, 1698, 500, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := Size(c, tc.in)
