@@ -125,6 +125,12 @@ type decoder struct {
 	open    []int64 // producer ids whose aborted transaction is in progress
 	intern  map[string]string
 	zsrc    bytes.Reader
+
+	// zin and zout are the compressed and inflated bytes of every batch
+	// decompressed so far: their ratio sizes the decompression buffer for
+	// the compressed bytes a response still holds (zleft), see reserve.
+	zin, zout int64
+	zleft     int
 }
 
 // maxInterned bounds the header-key intern table: past it header keys are
@@ -224,6 +230,7 @@ func (d *decoder) decodeRecords(b *Batch, p *partitionData, pos int64) (int64, e
 	})
 	aborted := p.aborted
 	d.open = d.open[:0]
+	d.reserve(b, p.records)
 
 	rs := p.records
 	end := int64(-1) // one past the previous batch
@@ -292,6 +299,53 @@ func (d *decoder) decodeRecords(b *Batch, p *partitionData, pos int64) (int64, e
 		}
 	}
 	return next, nil
+}
+
+// reserve makes room in b for the data records of response records rs
+// before any is decoded: Records gets room for the batches' record counts
+// and, once a compression ratio has been seen, the decompression buffer
+// room for their compressed bytes at that ratio. Without it both grew batch
+// by batch, copying what they held at every step: a fetcher's first
+// responses (all of a short run's) spent more CPU growing buffers than
+// decoding (37 % of the copy job's CPU in a 400k-record e2e run). Buffers
+// are kept across fetches, so a steady fetch loop allocates nothing.
+//
+// The headers read here are not yet checked (their CRC is checked when the
+// batch is decoded): a batch's record count is trusted up to one record
+// per byte of the batch, and a larger need is met by growth as before.
+func (d *decoder) reserve(b *Batch, rs []byte) {
+	records, zbytes := 0, 0
+	for len(rs) >= batchHeaderSize {
+		length := int(int32(binary.BigEndian.Uint32(rs[8:])))
+		if length < batchHeaderSize-batchLengthEnd || len(rs) < batchLengthEnd+length {
+			break // corrupt, or the partial batch at the end
+		}
+		attrs := binary.BigEndian.Uint16(rs[batchAttributes:])
+		if attrs&attrControl == 0 {
+			count := int(int32(binary.BigEndian.Uint32(rs[batchRecordCount:])))
+			records += max(0, min(count, length))
+			if attrs&attrCompression != 0 {
+				zbytes += length - (batchHeaderSize - batchLengthEnd)
+			}
+		}
+		rs = rs[batchLengthEnd+length:]
+	}
+	if free := cap(b.Records) - len(b.Records); free < records {
+		b.Records = slices.Grow(b.Records, records)
+	}
+	d.zleft = zbytes
+	if want := d.inflated(zbytes); cap(b.dbuf)-len(b.dbuf) < want {
+		b.dbuf = slices.Grow(b.dbuf, want)
+	}
+}
+
+// inflated estimates the size of zbytes of compressed records at the ratio
+// seen so far, with an eighth to spare; 0 before any was seen.
+func (d *decoder) inflated(zbytes int) int {
+	if d.zin == 0 || zbytes <= 0 {
+		return 0
+	}
+	return int(int64(zbytes) * d.zout / d.zin * 9 / 8)
 }
 
 // isAbortMarker reports whether the control batch raw holds an abort marker.
@@ -404,9 +458,11 @@ func (d *decoder) decompress(b *Batch, codec compress.Compression, data []byte) 
 	buf := b.dbuf
 	for {
 		if len(buf) == cap(buf) {
-			// At least double: a fresh buffer reaches a 1 MiB fetch's
-			// inflated size (several MiB) in a few copies, not dozens.
-			buf = slices.Grow(buf, max(4*len(data), 64<<10, cap(buf)))
+			// Room for the rest of the response at the ratio seen so
+			// far (the first batch ever: a guess), and at least a
+			// quarter more, so that a ratio that keeps rising costs
+			// few copies.
+			buf = slices.Grow(buf, max(d.inflated(d.zleft), 4*len(data), 64<<10, cap(buf)/4))
 		}
 		n, err := zr.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -418,5 +474,11 @@ func (d *decoder) decompress(b *Batch, codec compress.Compression, data []byte) 
 		}
 	}
 	b.dbuf = buf
+	d.zin += int64(len(data))
+	d.zout += int64(len(buf) - start)
+	if d.zin > 1<<30 { // let the ratio follow the data
+		d.zin, d.zout = d.zin/2, d.zout/2
+	}
+	d.zleft -= len(data)
 	return buf[start:len(buf):len(buf)], nil
 }

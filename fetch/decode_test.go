@@ -504,3 +504,55 @@ func TestDecodeCommitMarkerIsNotAbort(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeReservesOnce checks that a response's records and inflated
+// bytes are given room before its batches are decoded: decoding 50 batches
+// into a fresh Batch allocates no more than decoding the same records as
+// one batch (batch-by-batch growth reallocated Records about log2(50)
+// times), and with a compression ratio seen before, the inflated records
+// fit a buffer sized once for them (growth by doubling leaves it up to
+// twice too large).
+func TestDecodeReservesOnce(t *testing.T) {
+	var many [][]byte
+	for i := int64(0); i < 50; i++ {
+		many = append(many, encodeBatch(t, tbatch{base: i * 20, n: 20}))
+	}
+	one := encodeBatch(t, tbatch{base: 0, n: 1000})
+	var d decoder
+	decodeFresh := func(body []byte) *Batch {
+		b := new(Batch)
+		b.reset("t", 0)
+		p, _, err := d.parseResponse(body, 11, "t", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := d.decodeRecords(b, &p, 0); err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Records) != 1000 {
+			t.Fatalf("%d records", len(b.Records))
+		}
+		return b
+	}
+	manyBody, oneBody := encodeResponse(t, nil, many...), encodeResponse(t, nil, one)
+	decodeFresh(oneBody) // the decoder's own tables
+	allocsMany := testing.AllocsPerRun(10, func() { decodeFresh(manyBody) })
+	allocsOne := testing.AllocsPerRun(10, func() { decodeFresh(oneBody) })
+	if allocsMany > allocsOne {
+		t.Errorf("a fresh batch allocates %v times for 1000 records in 50 batches, %v for them in one batch: records grown batch by batch", allocsMany, allocsOne)
+	}
+
+	for _, codec := range []compress.Compression{compress.Snappy, compress.Lz4, compress.Zstd, compress.Gzip} {
+		var zs [][]byte
+		for i := int64(0); i < 50; i++ {
+			zs = append(zs, encodeBatch(t, tbatch{base: i * 20, n: 20, codec: codec}))
+		}
+		body := encodeResponse(t, nil, zs...)
+		d = decoder{}
+		first := decodeFresh(body) // learns the ratio
+		b := decodeFresh(body)
+		if n := len(b.dbuf); n == 0 || cap(b.dbuf) > n*5/4+64 || len(first.dbuf) != n {
+			t.Errorf("%v: %d inflated bytes (first decode %d) in a buffer of %d: not sized for them once", codec, n, len(first.dbuf), cap(b.dbuf))
+		}
+	}
+}
