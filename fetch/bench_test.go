@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -190,4 +191,41 @@ func brokerProcess(tb testing.TB) []string {
 	}
 	tb.Fatalf("broker process: no address (%v)", sc.Err())
 	return nil
+}
+
+// BenchmarkPartitionCounts measures the client side of the commit's
+// partition-count check (job/topicguard.go): one uncached Metadata request
+// for three topics of 4 partitions (two raw topics and the output), CPU
+// and allocations of this process per request, with the broker in a child
+// process (or KAFKA_BROKERS).
+func BenchmarkPartitionCounts(b *testing.B) {
+	brokers := kafkatest.External()
+	if brokers == nil {
+		brokers = brokerProcess(b)
+	}
+	cl := kafkatest.NewClient(b, brokers)
+	var topics []string
+	for range 3 {
+		topics = append(topics, newTopic(b, cl, "count"))
+	}
+	client := &kafka.Client{Addr: kafka.TCP(brokers...), Transport: newTransport(b)}
+	ctx := context.Background()
+	if _, err := PartitionCounts(ctx, client, topics, ""); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	start := cpuTime()
+	for b.Loop() {
+		counts, err := PartitionCounts(ctx, client, topics, "")
+		if err != nil || len(counts) != len(topics) {
+			b.Fatal(counts, err)
+		}
+	}
+	b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N)/1e3, "cpu-us/op")
+}
+
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/dedupstream/dedupstream/internal/progress"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"math"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -109,6 +110,7 @@ func (m *stageMetrics) batch(b *fetch.Batch, t int, pos int64, cycleIn uint64) {
 		m.first = time.Now()
 		m.ts = m.ts[:0]
 	}
+	m.ts = slices.Grow(m.ts, len(b.Records))
 	for i := range b.Records {
 		m.ts = append(m.ts, b.Records[i].Timestamp.UnixMilli())
 	}

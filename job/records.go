@@ -26,3 +26,21 @@ func convert(dst []pipeline.Record, b *fetch.Batch) []pipeline.Record {
 	}
 	return dst
 }
+
+// convertRouted is convert that also counts the records whose Kafka key
+// partFn sends to another of partitions than p (len(key) > 0; see
+// runner.checkRoute). Hashing each key in the same pass that converts its
+// record reads the record once: a separate pass over a large batch after
+// the stage met each record and its key bytes again out of the caches.
+func convertRouted(dst []pipeline.Record, b *fetch.Batch, partFn func([]byte, int) int, partitions, p int) ([]pipeline.Record, uint64) {
+	dst = slices.Grow(dst[:0], len(b.Records))
+	var misrouted uint64
+	for i := range b.Records {
+		fr := &b.Records[i]
+		if len(fr.Key) > 0 && partFn(fr.Key, partitions) != p {
+			misrouted++
+		}
+		dst = append(dst, fromFetched(fr))
+	}
+	return dst, misrouted
+}

@@ -592,14 +592,19 @@ func (r *runner) abort(ctx context.Context, cause error) error {
 func (r *runner) decide(_ int, b *fetch.Batch, cycle *Stats) error {
 	t := r.cur
 	r.met.batch(b, t, r.pos[t], cycle.In)
-	r.recs = convert(r.recs, b)
+	var misrouted uint64
+	if r.j.partFn != nil {
+		r.recs, misrouted = convertRouted(r.recs, b, r.j.partFn, r.lay.partitions, r.p)
+	} else {
+		r.recs = convert(r.recs, b)
+	}
 	decs, counts, err := r.stage.Process(r.recs, r.decs[:0])
 	r.decs = decs
 	if err != nil {
 		return &fatalError{err}
 	}
 	cycle.Counts.Add(counts)
-	r.checkRoute(b, t, cycle)
+	r.checkRoute(misrouted, t, cycle)
 
 	nd := 0
 	for i := range decs {
@@ -641,19 +646,10 @@ func (r *runner) produce(ctx context.Context) error {
 	return nil
 }
 
-// checkRoute counts records whose Kafka key (the business key) the
-// configured partitioner sends elsewhere: input mode is unsound for them.
-func (r *runner) checkRoute(b *fetch.Batch, t int, cycle *Stats) {
-	if r.j.partFn == nil {
-		return
-	}
-	var n uint64
-	for i := range b.Records {
-		k := b.Records[i].Key
-		if len(k) > 0 && r.j.partFn(k, r.lay.partitions) != r.p {
-			n++
-		}
-	}
+// checkRoute counts the batch's misrouted records, those whose Kafka key
+// (the business key) the configured partitioner sends elsewhere (counted
+// by convertRouted): input mode is unsound for them.
+func (r *runner) checkRoute(n uint64, t int, cycle *Stats) {
 	if n == 0 {
 		return
 	}

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"math/bits"
+	"slices"
 	"unsafe"
 
 	"github.com/dedupstream/dedupstream/partition"
@@ -80,9 +81,23 @@ func (c *collapseSet) set(h partition.Hash, p pending) {
 	}
 }
 
+// reserve makes room for n more keys, so that no set of the next n grows
+// the table: one rehash instead of one per doubling.
+func (c *collapseSet) reserve(n int) {
+	need := len(c.entries) + n
+	if 2*need <= len(c.slots) {
+		return
+	}
+	c.entries = slices.Grow(c.entries, n)
+	c.resize(max(1024, 1<<bits.Len(uint(2*need-1))))
+}
+
 // grow doubles the table (at least 1024 slots) and re-inserts the entries.
-func (c *collapseSet) grow() {
-	n := max(1024, 2*len(c.slots))
+func (c *collapseSet) grow() { c.resize(max(1024, 2*len(c.slots))) }
+
+// resize makes the table n slots (a power of two, more than twice the
+// entries) and re-inserts the entries.
+func (c *collapseSet) resize(n int) {
 	c.slots = make([]uint64, n)
 	mask := uint64(n - 1)
 	shift := 64 - bits.Len64(mask)

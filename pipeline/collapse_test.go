@@ -66,3 +66,30 @@ func TestCollapseSetReusesMemory(t *testing.T) {
 		t.Fatalf("a reused cycle allocates %.0f times", n)
 	}
 }
+
+// TestCollapseSetReserve: after reserve(n), n new keys go in without the
+// table or the entries moving (one rehash for a batch, not one per
+// doubling), and every key is found, also the ones set before reserve.
+func TestCollapseSetReserve(t *testing.T) {
+	var c collapseSet
+	key := func(i int) partition.Hash { return partition.Hash{Hi: uint64(i), Lo: uint64(i) * 0x9E3779B97F4A7C15} }
+	for i := range 700 {
+		c.set(key(i), pending{gen: uint64(i)})
+	}
+	for _, n := range []int{1, 5_000, 40_000} {
+		c.reserve(n)
+		slots, entries := &c.slots[0], &c.entries[:1][0]
+		base := c.len()
+		for i := base; i < base+n; i++ {
+			c.set(key(i), pending{gen: uint64(i)})
+		}
+		if &c.slots[0] != slots || &c.entries[0] != entries {
+			t.Errorf("reserve(%d) then %d new keys: the table or the entries were reallocated", n, n)
+		}
+		for i := range c.len() {
+			if p := c.get(key(i)); p == nil || p.gen != uint64(i) {
+				t.Fatalf("key %d lost after reserve(%d)", i, n)
+			}
+		}
+	}
+}

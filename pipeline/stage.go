@@ -7,6 +7,7 @@ import (
 	"math/bits"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/dedupstream/dedupstream/filter"
@@ -376,6 +377,11 @@ func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error)
 	}
 	oldest := s.win.oldestLive(s.cur)
 	s.fresh = false
+	// Room for every decision and for every record's key in the collapse
+	// set before the first: grown record by record, both were copied
+	// (and the set rehashed) several times in a stage's first cycles.
+	out = slices.Grow(out, len(in))
+	s.cycle.reserve(len(in))
 	var err error
 	for lo := 0; lo < len(in) && err == nil; lo += probeChunk {
 		chunk := in[lo:min(lo+probeChunk, len(in))]
