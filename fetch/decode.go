@@ -311,9 +311,13 @@ func (d *decoder) decodeRecords(b *Batch, p *partitionData, pos int64) (int64, e
 // are kept across fetches, so a steady fetch loop allocates nothing.
 //
 // The headers read here are not yet checked (their CRC is checked when the
-// batch is decoded): a batch's record count is trusted up to one record
-// per byte of the batch, and a larger need is met by growth as before.
+// batch is decoded): the record counts are trusted up to one record per
+// minRecordBytes of the response, what uncompressed records can hold at
+// most, so a corrupt count cannot reserve more than the smallest records
+// would fill; a larger need (tiny compressed records) is met by growth as
+// before, after the CRC.
 func (d *decoder) reserve(b *Batch, rs []byte) {
+	maxRecords := len(rs) / minRecordBytes
 	records, zbytes := 0, 0
 	for len(rs) >= batchHeaderSize {
 		length := int(int32(binary.BigEndian.Uint32(rs[8:])))
@@ -330,6 +334,7 @@ func (d *decoder) reserve(b *Batch, rs []byte) {
 		}
 		rs = rs[batchLengthEnd+length:]
 	}
+	records = min(records, maxRecords)
 	if free := cap(b.Records) - len(b.Records); free < records {
 		b.Records = slices.Grow(b.Records, records)
 	}
@@ -339,13 +344,25 @@ func (d *decoder) reserve(b *Batch, rs []byte) {
 	}
 }
 
+// minRecordBytes is the smallest encoded record: length, attributes,
+// timestamp delta, offset delta, key length, value length and header count
+// of one byte each.
+const minRecordBytes = 7
+
+// maxReserveRatio bounds the ratio room is reserved at: data that once
+// compressed a thousandfold (a batch of zeros) must not make the next
+// response reserve gigabytes its records may never fill; past it the
+// buffer grows with the data.
+const maxReserveRatio = 16
+
 // inflated estimates the size of zbytes of compressed records at the ratio
-// seen so far, with an eighth to spare; 0 before any was seen.
+// seen so far (at most maxReserveRatio), with an eighth to spare; 0 before
+// any was seen.
 func (d *decoder) inflated(zbytes int) int {
 	if d.zin == 0 || zbytes <= 0 {
 		return 0
 	}
-	return int(int64(zbytes) * d.zout / d.zin * 9 / 8)
+	return int(min(int64(zbytes)*d.zout/d.zin, int64(zbytes)*maxReserveRatio) * 9 / 8)
 }
 
 // isAbortMarker reports whether the control batch raw holds an abort marker.

@@ -556,3 +556,46 @@ func TestDecodeReservesOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeReserveBounded: after records that compressed far beyond
+// maxReserveRatio, the room reserved for a response is bounded by that
+// ratio, not by the ratio seen, and the records still decode.
+func TestDecodeReserveBounded(t *testing.T) {
+	var d decoder
+	d.zin, d.zout = 1, 1000 // as after a batch of zeros
+	body := encodeResponse(t, nil, encodeBatch(t, tbatch{base: 0, n: 200, codec: compress.Zstd}))
+	p, _, err := d.parseResponse(body, 11, "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := new(Batch)
+	b.reset("t", 0)
+	if _, err := d.decodeRecords(b, &p, 0); err != nil || len(b.Records) != 200 {
+		t.Fatalf("%d records, %v", len(b.Records), err)
+	}
+	if limit := len(p.records)*maxReserveRatio*9/8 + 64<<10; cap(b.dbuf) > limit {
+		t.Errorf("%d bytes reserved for %d bytes of response, want at most %d", cap(b.dbuf), len(p.records), limit)
+	}
+}
+
+// TestDecodeReserveTrustsCountsLittle: a batch header claiming a billion
+// records (its CRC, checked later, fails) reserves no more records than the
+// response's bytes could hold, and the response is refused.
+func TestDecodeReserveTrustsCountsLittle(t *testing.T) {
+	raw := encodeBatch(t, tbatch{base: 0, n: 50})
+	binary.BigEndian.PutUint32(raw[batchRecordCount:], 1<<30)
+	body := encodeResponse(t, nil, raw)
+	var d decoder
+	p, _, err := d.parseResponse(body, 11, "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := new(Batch)
+	b.reset("t", 0)
+	if _, err := d.decodeRecords(b, &p, 0); !errors.Is(err, errCorrupt) {
+		t.Errorf("decode of a batch with a corrupt count: %v, want a corrupt-response error", err)
+	}
+	if limit := len(p.records)/minRecordBytes + 16; cap(b.Records) > limit {
+		t.Errorf("room for %d records reserved for %d bytes of response, want at most %d", cap(b.Records), len(p.records), limit)
+	}
+}
