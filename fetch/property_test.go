@@ -94,6 +94,25 @@ func TestFetchMatchesModel(t *testing.T) {
 		if f.Position() != to {
 			rt.Fatalf("position %d after reading to %d", f.Position(), to)
 		}
+		// The same range read ahead (the restore's read): the same records.
+		ahead := rapid.IntRange(1, 3).Draw(rt, "ahead")
+		got = got[:0]
+		err = f.ReadRangeAhead(testContext(t), from, to, ahead, func(b *Batch) error {
+			if len(b.Records) == 0 {
+				rt.Fatalf("ReadRangeAhead passed an empty batch")
+			}
+			got = copyBatch(got, b)
+			return nil
+		})
+		if err != nil {
+			rt.Fatalf("read range ahead %d [%d, %d): %v", ahead, from, to, err)
+		}
+		if !slices.Equal(got, want) {
+			rt.Fatalf("read range ahead %d [%d, %d) with MaxBytes %d:\n got %v\nwant %v", ahead, from, to, maxBytes, got, want)
+		}
+		if f.Position() != to {
+			rt.Fatalf("position %d after reading ahead to %d", f.Position(), to)
+		}
 		// From the start with Fetch: every aborted record is counted.
 		f.SetPosition(0)
 		all, droppedAborted, _ := fetchCounting(t, f, total)
