@@ -12,6 +12,10 @@ import (
 // ready before the stage records them.
 const restoreAhead = 2
 
+// restoreFetchAhead is how many fetched batches the restore's read may
+// hold ahead of the keying (fetch.Fetcher.ReadRangeAhead).
+const restoreFetchAhead = 2
+
 // keyedBatch is one batch of output records, keyed, on its way from the
 // restore's reader to the stage.
 type keyedBatch struct {
@@ -25,10 +29,12 @@ type keyedBatch struct {
 // committing the checkpoint of input positions resume and the offset after
 // it. It returns how many records it restored.
 //
-// Three goroutines share the work: one reads the output and keys half of
-// each batch's records while a helper keys the other half (splitKeyer:
-// the JSON extraction and the hash, the costliest part of the read side),
-// the caller's records the keys in the Bloom front and the store
+// Four goroutines share the work: one fetches and decodes the next
+// batches (fetch.Fetcher.ReadRangeAhead: the round trip no longer waits
+// for the keying, nor the keying for it), one keys half of each batch's
+// records while a helper keys the other half (splitKeyer: the JSON
+// extraction and the hash, the costliest part of the read side), and the
+// caller's records the keys in the Bloom front and the store
 // (Stage.RestoreKeyed), in output order, while the next batch is read and
 // keyed. When the output is read, the store writes what it still holds
 // in memory (Stage.EndRestore), so the restore ends with every key in the
@@ -47,7 +53,7 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 		defer close(full)
 		defer keyer.close() // its only user is this goroutine
 		var recs []pipeline.Record
-		readErr <- r.out.ReadRange(ctx, from, fetch.ToLastStable, func(b *fetch.Batch) error {
+		readErr <- r.out.ReadRangeAhead(ctx, from, fetch.ToLastStable, restoreFetchAhead, func(b *fetch.Batch) error {
 			var kb *keyedBatch
 			select {
 			case kb = <-free:
