@@ -36,6 +36,10 @@ var trustedCases = []string{
 	// object or a value, the name unquoted.
 	`{"a":"x","\u0061":"y"}`, `{"a":"x","b":{"a":"y"}}`, `{"a":"x","b":"a","c":1}`, `{"a":"x","ab":"a"}`,
 	`{"a":"x","b":["a"],"a":"z"}`, `{"a":1,"b":"\"a\""}`,
+	// The first member's plain string taken in place (firstPlainString):
+	// an empty one, a name that only starts like the one sought, a value
+	// with an escape, a later member of the name, a key before spaces.
+	`{"a":"","b":1}`, `{"ab":"x","a":"y"}`, `{"a":"x\"y","b":2}`, `{"a":"x","b":2,"a":"y"}`, `{"a":"x" ,"b":"a"}`,
 }
 
 func TestExtractTrusted(t *testing.T) {
