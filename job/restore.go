@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"time"
 
 	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/internal/testhook"
@@ -102,7 +103,10 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 	if restored > 0 {
 		// The restore is over when the store holds its keys: they are
 		// written as runs now, not by the first cycle's Commit.
-		if err := r.stage.EndRestore(); err != nil {
+		start := time.Now()
+		err := r.stage.EndRestore()
+		r.restoreTail = time.Since(start)
+		if err != nil {
 			return restored, &fatalError{err}
 		}
 	}

@@ -32,7 +32,8 @@ import (
 //     input with a fresh stage (read, Bloom front, lookups, commit every
 //     10k), what rebuilding from the raw input costs at best.
 //
-// Each reports keys/s. Run: make bench-go BENCH=Restore PKGS=./job
+// Each reports keys/s, seconds and process CPU per key; restore also the
+// seconds of its tail, after the read (s-tail). Run: make bench-go BENCH=Restore PKGS=./job
 // BENCHTIME=1x (RESTORE_KEYS=10000000 for the 10M figure). With
 // RESTORE_CPUPROFILE=file, each restore writes a CPU profile of itself
 // alone (the fill, the reads and the reprocessing left out): the first to
@@ -128,6 +129,8 @@ state: {dir: %s}
 				b.Fatal(err)
 			}
 			report(b, int(j.Stats().Restored-before), start, cpu)
+			// The part after the read: writing the loaded keys as runs.
+			b.ReportMetric(r.restoreTail.Seconds(), "s-tail/restore")
 			r.stage.Close()
 		}
 	})

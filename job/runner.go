@@ -44,6 +44,10 @@ type runner struct {
 	// outNext is one past the last output record known: committed ones
 	// after recovery, and those of the open cycle after a produce.
 	outNext int64
+	// restoreTail is how long the last restore took after its read
+	// (Stage.EndRestore writing the loaded keys); BenchmarkRestore
+	// reports it.
+	restoreTail time.Duration
 
 	// Reused per batch.
 	recs   []pipeline.Record
