@@ -410,3 +410,83 @@ func BenchmarkLoadMerge(b *testing.B) {
 	}
 	b.ReportMetric(float64(cpu)/float64(b.N*keys), "cpu-ns/key")
 }
+
+// TestLoadMergeMatchesModel: loadMerge over 1 to 12 sources (spill files
+// and a sorted slice, as writeLoadPart adds them), overlapping keys and
+// empty sources, against a map model where the newest source's version of a
+// hash wins; the hashes come out once each, in order.
+func TestLoadMergeMatchesModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	fs := vfs.NewMem()
+	var m loadMerge // reused across rounds, as a part's halves reuse it
+	for round := range 200 {
+		k := 1 + round%12
+		pool := make([]partition.Hash, 1+rng.IntN(300))
+		for i := range pool {
+			pool[i] = partition.Hash{Hi: rng.Uint64() >> uint(rng.IntN(3)*30), Lo: rng.Uint64()}
+		}
+		want := map[partition.Hash]uint64{}
+		m.reset()
+		for src := range k {
+			n := rng.IntN(len(pool) + 1)
+			if rng.IntN(6) == 0 {
+				n = 0
+			}
+			es := make([]memEntry, 0, n)
+			for range n {
+				h := pool[rng.IntN(len(pool))]
+				es = append(es, memEntry{h: h, version: uint64(src*1000 + rng.IntN(1000))})
+			}
+			slices.SortFunc(es, func(a, b memEntry) int { return compareMem(&a, &b) })
+			es = slices.CompactFunc(es, func(a, b memEntry) bool { return a.h == b.h })
+			for _, e := range es {
+				want[e.h] = e.version // later sources are newer
+			}
+			if src == k-1 && rng.IntN(2) == 0 {
+				m.addMem(es)
+				continue
+			}
+			var buf []byte
+			for _, e := range es {
+				buf = binary.LittleEndian.AppendUint64(buf, e.h.Hi)
+				buf = binary.LittleEndian.AppendUint64(buf, e.h.Lo)
+				buf = binary.LittleEndian.AppendUint64(buf, e.version)
+			}
+			name := fmt.Sprintf("m%d-%d", round, src)
+			f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Write(buf); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if f, err = fs.Open(name); err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			m.addFile(f, spillSeg{n: int64(len(es))}, 24, true)
+		}
+		var got []memEntry
+		err := m.run(func(h partition.Hash, v uint64) error {
+			got = append(got, memEntry{h: h, version: v})
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(want) {
+			t.Fatalf("round %d, %d sources: %d hashes merged, want %d", round, k, len(got), len(want))
+		}
+		for i, e := range got {
+			if i > 0 && !lessHash(&got[i-1].h, &e.h) {
+				t.Fatalf("round %d, %d sources: hash %d out of order or repeated", round, k, i)
+			}
+			if v, ok := want[e.h]; !ok || v != e.version {
+				t.Fatalf("round %d, %d sources: hash %v version %d, want the newest source's %d (%t)", round, k, e.h, e.version, v, ok)
+			}
+		}
+	}
+}
