@@ -93,6 +93,8 @@
 // ReadRange reads [from, to) and, with to = ToLastStable, everything decided
 // up to the last stable offset: the read-back of a transactional output
 // partition from a checkpoint when the state store is behind.
+// ReadRangeAhead is the same read with the next fetches running on a
+// goroutine of their own while the caller handles a batch (the restore's).
 //
 // # Limits
 //

@@ -125,8 +125,9 @@
 //  4. If that is below the output partition's last stable offset, the
 //     committed output from there on is read back read_committed and its
 //     keys are put into the store, batch by batch, each batch with its
-//     checkpoint, so a crash mid-restore resumes. The reading goroutine
-//     keys each batch (pipeline.RestoreKeyer: the records were validated
+//     checkpoint, so a crash mid-restore resumes. The next batches are
+//     fetched ahead on a goroutine of their own (fetch.ReadRangeAhead)
+//     while the reading goroutine keys each batch (pipeline.RestoreKeyer: the records were validated
 //     when first keyed, so the key is read without validating the text
 //     again) while the stage records the previous one
 //     (pipeline.Stage.RestoreKeyed, a bulk load into sorted runs).
