@@ -41,6 +41,10 @@ type EngineCase struct {
 	// HeapProfile, when not empty, is where RunStage writes a heap
 	// profile of the stage at the end of the pre-fill.
 	HeapProfile string
+	// TimedProfile, when not empty, is where RunStage writes a CPU profile
+	// of the timed records alone (the pre-fill and restarts left out). It
+	// cannot be combined with a profile of the whole run.
+	TimedProfile string
 }
 
 // stopped reports the case's context error, if any.
@@ -173,6 +177,7 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		lat   = make([]time.Duration, 0, c.Records/engineBatch+1)
 		done  int
 	)
+	stopProfile := startCPUProfile(c.TimedProfile, p)
 	cpu0 = selfCPU()
 	for done < c.Records {
 		in := g.Fill(min(engineBatch, c.Records-done))
@@ -193,6 +198,7 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		p.Tick("%s: %s of %s records, %s records/s", name, count(uint64(done)), count(uint64(c.Records)), rate(uint64(done), busy))
 	}
 	p.Say("%s: timed records %.3f us of process CPU per record", name, (selfCPU()-cpu0)*1e6/float64(done))
+	stopProfile()
 	after := g.Counts()
 	base, peak := mem.peak()
 	var ms runtime.MemStats

@@ -196,6 +196,30 @@ func (s memSample) String() string {
 		mib(s.rss), s.phase, mib(s.goMapped), mib(s.goLive), mib(uint64(s.cache)), float64(other)/(1<<20), 100*s.gcCPU, mib(s.byRSS), s.by)
 }
 
+// startCPUProfile starts a CPU profile into path, when path is not empty,
+// and returns what stops it (a no-op if none started).
+func startCPUProfile(path string, p *Progress) (stop func()) {
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		if err = pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		p.Say("cpu profile: %v", err)
+		return func() {}
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			p.Say("cpu profile: %v", err)
+		}
+	}
+}
+
 // writeHeapProfile writes a heap profile (go tool pprof -sample_index
 // inuse_space) to path, when path is not empty, after a GC: what is live.
 func writeHeapProfile(path string, p *Progress) {

@@ -102,6 +102,7 @@ func run(args []string) int {
 	out := fs.String("out", "bench/results/latest", "output directory")
 	dir := fs.String("dir", "", "parent of state directories (default the system temp dir)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
+	timedProfile := fs.String("timed-cpuprofile", "", "sweep: write a CPU profile of each point's timed records alone to this path plus -KEYS.pprof (not with -cpuprofile)")
 	heapProfile := fs.String("heapprofile", "", "sweep: write a heap profile of the stage at the end of each pre-fill to this path plus -KEYS.pprof")
 	latRate := fs.Float64("rate", 0, "latency: input records/s produced while the job runs (0: -rate-frac of the maximum)")
 	latFrac := fs.Float64("rate-frac", 0.5, "latency: without -rate, this share of the job's records/s measured first by e2e in the same run")
@@ -323,6 +324,9 @@ func run(args []string) int {
 				c := harness.EngineCase{Case: harness.CaseSweep, Spec: spec(k, *sweepDup), Records: or(*sweepRecords, p.sweepRecords), Restart: !*sweepNoRestart, Dir: *dir, Ctx: ctx}
 				if *heapProfile != "" {
 					c.HeapProfile = fmt.Sprintf("%s-%d.pprof", *heapProfile, k)
+				}
+				if *timedProfile != "" {
+					c.TimedProfile = fmt.Sprintf("%s-%d.pprof", *timedProfile, k)
 				}
 				if err := engineSet(c, k <= mapMaxKeys, k <= redisMaxKeys); err != nil {
 					return fail(err)
