@@ -7,7 +7,9 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
+	"github.com/dedupstream/dedupstream/internal/prefetch"
 	"github.com/dedupstream/dedupstream/partition"
 )
 
@@ -323,24 +325,54 @@ func (m *memIndex) len() int {
 // memTouchGroup is how many keys putAll touches ahead of inserting them.
 const memTouchGroup = 16
 
-// memTouchAhead switches the touching off for BenchmarkMemPut's comparison.
-var memTouchAhead = true
+// memAhead is how many keys putAll prefetches ahead of the one it inserts.
+const memAhead = 16
+
+// memPutMode picks putAll's way of overlapping the slots' cache misses, for
+// BenchmarkMemPut's comparison: memPrefetch (the default) prefetches the
+// slot of the key memAhead places ahead of each insert; memTouch reads the
+// slots of each group of memTouchGroup keys, then inserts the group;
+// memPlain does neither.
+var memPutMode = memPrefetch
+
+const (
+	memPrefetch = iota
+	memTouch
+	memPlain
+)
 
 // putAll inserts es in order; a later entry of the same key wins.
 //
 // The table is far larger than the CPU caches, so every insert starts with
-// a cache miss on its slot. A group of keys first reads the slot each will
-// probe (independent loads the CPU overlaps) and then inserts them, so the
-// inserts mostly hit the cache instead of waiting for one miss at a time.
+// a cache miss on its slot. Before inserting key i, putAll prefetches the
+// slot key i+memAhead starts at, so the misses of many keys are in flight
+// while the earlier keys are inserted: a prefetch retires at once, where a
+// load that misses holds up the instructions behind it.
 func (m *memIndex) putAll(es []entry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	// Without a growth in between, the slots prefetched are the ones the
+	// inserts start at (and a stale one is only a wasted prefetch).
+	if memPutMode == memPrefetch && len(m.slots) > 0 {
+		n := len(m.slots)
+		for j := range min(memAhead, len(es)) {
+			prefetch.Line(uintptr(unsafe.Pointer(&m.slots[slotOf(slotHash(es[j].gen, es[j].h), n)])))
+		}
+		for i := range es {
+			if j := i + memAhead; j < len(es) {
+				prefetch.Line(uintptr(unsafe.Pointer(&m.slots[slotOf(slotHash(es[j].gen, es[j].h), n)])))
+			}
+			m.put(es[i].gen, es[i].h, es[i].version)
+			n = len(m.slots)
+		}
+		return
+	}
 	var sink uint64
 	for i := 0; i < len(es); i += memTouchGroup {
 		group := es[i:min(i+memTouchGroup, len(es))]
 		// Without a growth inside the group, the slots read are the ones
 		// the inserts start at.
-		if memTouchAhead && len(m.slots) > 0 && !memFull(m.n+len(group), len(m.slots)) {
+		if memPutMode == memTouch && len(m.slots) > 0 && !memFull(m.n+len(group), len(m.slots)) {
 			n := len(m.slots)
 			for j := range group {
 				sink += m.slots[slotOf(slotHash(group[j].gen, group[j].h), n)]
@@ -510,15 +542,28 @@ func (m *memIndex) sortRefs(refs []uint64, counts []int) ([]uint64, []int) {
 // memGatherLen is how many entries gatherRefs copies at a time: 128 KiB.
 const memGatherLen = 4096
 
+// memGatherPrefetch switches gatherRefs' prefetching off for
+// BenchmarkFlushSort's comparison.
+var memGatherPrefetch = true
+
 // gatherRefs copies the entries refs point to into dst, in order. The
-// entries are scattered over the index, so each is a cache miss; loads
-// that do not depend on each other overlap, where reading each entry as
-// the run writer needs it waited for one miss at a time (flushMem's own
-// CPU was 27 % of a flush that way).
+// entries are scattered over the index, so each is a cache miss: gatherRefs
+// prefetches the entry memAhead references ahead of the one it copies, so
+// that many misses are in flight at once (plain loads overlapped only as
+// far as the CPU's reorder window reaches; reading each entry as the run
+// writer needs it waited for one miss at a time, 27 % of a flush).
 func (m *memIndex) gatherRefs(dst []memEntry, refs []uint64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	if memGatherPrefetch {
+		for j := range min(memAhead, len(refs)) {
+			prefetch.Line(uintptr(unsafe.Pointer(m.hashAt(uint32(refs[j])))))
+		}
+	}
 	for i, r := range refs {
+		if j := i + memAhead; memGatherPrefetch && j < len(refs) {
+			prefetch.Line(uintptr(unsafe.Pointer(m.hashAt(uint32(refs[j])))))
+		}
 		e := uint32(r)
 		dst[i] = memEntry{gen: m.chunkGen[e>>memChunkBits], h: *m.hashAt(e), version: m.versionAt(e)}
 	}

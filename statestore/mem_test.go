@@ -9,7 +9,9 @@ import (
 // BenchmarkMemPut inserts 1M fresh keys into a memIndex per round, in
 // 10k-key commits: "grow" starts from an empty table as before (every
 // doubling rehashes), "reused" reuses a table sized for the keys (as a
-// handover does now); "touch" reads each group's slots before inserting.
+// handover does now); "touch" reads each group of 16 keys' slots before
+// inserting them, "prefetch" prefetches the slot of the key 16 places
+// ahead of each insert, "plain" does neither.
 func BenchmarkMemPut(b *testing.B) {
 	const n = 1 << 20
 	hs := make([]entry, n)
@@ -17,12 +19,14 @@ func BenchmarkMemPut(b *testing.B) {
 		hs[i] = entry{gen: 3, h: keyOf(1, uint64(i))}
 	}
 	for _, v := range []struct {
-		name          string
-		reused, touch bool
-	}{{"grow/no-touch", false, false}, {"grow/touch", false, true}, {"reused/no-touch", true, false}, {"reused/touch", true, true}} {
+		name   string
+		reused bool
+		mode   int
+	}{{"grow/plain", false, memPlain}, {"grow/touch", false, memTouch}, {"grow/prefetch", false, memPrefetch},
+		{"reused/plain", true, memPlain}, {"reused/touch", true, memTouch}, {"reused/prefetch", true, memPrefetch}} {
 		b.Run(v.name, func(b *testing.B) {
-			defer func(t bool) { memTouchAhead = t }(memTouchAhead)
-			memTouchAhead = v.touch
+			defer func(m int) { memPutMode = m }(memPutMode)
+			memPutMode = v.mode
 			m := newMemIndex(0, n)
 			cpu := cpuTime()
 			for b.Loop() {
@@ -176,4 +180,45 @@ func TestMemIndexHandoverRoom(t *testing.T) {
 	if uint64(m.len()) != keys-1+keys/5 {
 		t.Fatalf("%d keys, want %d", m.len(), keys-1+keys/5)
 	}
+}
+
+// BenchmarkFlushSort is a flush's work before the run writer: sortRefs of a
+// full index (1M keys of one generation, as the sweep's flushes) and the
+// gather of its entries in hash order, with gatherRefs prefetching ahead
+// ("prefetch") or not ("plain"). CPU per key.
+func BenchmarkFlushSort(b *testing.B) {
+	const n = 1 << 20
+	es := make([]entry, n)
+	for i := range es {
+		es[i] = entry{gen: 3, h: keyOf(2, uint64(i))}
+	}
+	m := newMemIndex(0, n)
+	m.putAll(es)
+	refs := make([]uint64, n)
+	var counts []int
+	dst := make([]memEntry, memGatherLen)
+	for _, pf := range []bool{false, true} {
+		name := map[bool]string{false: "plain", true: "prefetch"}[pf]
+		b.Run(name, func(b *testing.B) {
+			defer func(v bool) { memGatherPrefetch = v }(memGatherPrefetch)
+			memGatherPrefetch = pf
+			cpu := cpuTime()
+			for b.Loop() {
+				refs, counts = m.sortRefs(refs, counts)
+				for lo := 0; lo < n; lo += memGatherLen {
+					m.gatherRefs(dst, refs[lo:lo+memGatherLen])
+				}
+			}
+			if last := dst[len(dst)-1]; !m.has(last) {
+				b.Fatalf("gathered entry %v is not in the index", last)
+			}
+			b.ReportMetric(float64((cpuTime()-cpu).Nanoseconds())/float64(b.N*n), "cpu-ns/key")
+		})
+	}
+}
+
+// has reports whether m holds e's key.
+func (m *memIndex) has(e memEntry) bool {
+	_, ok := m.get(e.gen, e.h)
+	return ok
 }
