@@ -39,6 +39,7 @@ func TestHotPathAllocatesNothing(t *testing.T) {
 		{"Add", func() { f.Add(next()) }},
 		{"AddAll", func() { f.AddAll(probes[:64]) }},
 		{"MaskAll", func() { f.MaskAll(probes[:256], masks) }},
+		{"MaskAllAdd", func() { f.MaskAllAdd(probes[:256], masks) }},
 		{"AddTo", func() { f.AddTo(f.Oldest(), next()) }},
 		{"Advance by one", func() { gen++; f.Advance(gen) }},
 		{"Advance past the window", func() { gen += 10; f.Advance(gen) }},

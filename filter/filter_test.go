@@ -248,3 +248,62 @@ func TestAddAll(t *testing.T) {
 		t.Fatal("no generation grew: the test must cover growth inside a batch")
 	}
 }
+
+// TestMaskAllAddIsMaskThenAdd: MaskAllAdd gives every key the mask Mask
+// gives it one key at a time, adding each key whose mask is 0 (and whose
+// hash is not zero) before the next is probed, and leaves the filter
+// byte for byte as that sequence does: the same bits, counts and growth
+// (the newest generation grows twice here), in the first sub-filter and in
+// grown ones. Repeats inside a chunk, keys present in older generations
+// and the zero hash are among the keys.
+func TestMaskAllAddIsMaskThenAdd(t *testing.T) {
+	cfg := Config{KeysPerGeneration: 2000, FalsePositiveRate: 0.01, Generations: 4}
+	fused, ref := fillWindow(t, cfg), fillWindow(t, cfg)
+	fused.Advance(fused.Current() + 1)
+	ref.Advance(ref.Current() + 1)
+	var hs []partition.Hash
+	for i := range uint64(9000) {
+		switch {
+		case i%97 == 0:
+			hs = append(hs, partition.Hash{}) // a dead-lettered record's
+		case i%13 == 0:
+			hs = append(hs, key(nsPresent, i)) // in an older generation
+		case i%7 == 0 && i > 20:
+			hs = append(hs, key(nsOther, i-5)) // a repeat, 5 keys later
+		default:
+			hs = append(hs, key(nsOther, i))
+		}
+	}
+	masks, want := make([]uint64, 256), make([]uint64, 256)
+	for lo := 0; lo < len(hs); lo += 256 {
+		chunk := hs[lo:min(lo+256, len(hs))]
+		fused.MaskAllAdd(chunk, masks)
+		for i, h := range chunk {
+			want[i] = ref.Mask(h)
+			if want[i] == 0 && h != (partition.Hash{}) {
+				ref.Add(h)
+			}
+			if masks[i] != want[i] {
+				t.Fatalf("key %d: mask %b, want %b", lo+i, masks[i], want[i])
+			}
+		}
+	}
+	if n := len(fused.slots[fused.head].subs); n < 3 {
+		t.Fatalf("newest generation has %d sub-filters, want it grown twice", n)
+	}
+	var a, b bytes.Buffer
+	if _, err := fused.WriteTo(&a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ref.WriteTo(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Bytes(), b.Bytes()) {
+		t.Fatal("MaskAllAdd left other bits or counts than Mask then Add")
+	}
+	for i, h := range hs {
+		if h != (partition.Hash{}) && !fused.Test(h) {
+			t.Fatalf("key %d added but not found", i)
+		}
+	}
+}

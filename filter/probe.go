@@ -49,7 +49,13 @@ func covers(blk *[blockWords]uint64, p *pattern) bool {
 // insert sets the bits of h in s and returns how many were not set before.
 func (s *sub) insert(h partition.Hash) uint64 {
 	p := makePattern(h, s.k)
-	blk := (*[blockWords]uint64)(s.words[blockAt(h, s.nblocks):])
+	return s.insertPattern(&p, blockAt(h, s.nblocks))
+}
+
+// insertPattern sets the bits of p in the block at word off of s and
+// returns how many were not set before.
+func (s *sub) insertPattern(p *pattern, off uint64) uint64 {
+	blk := (*[blockWords]uint64)(s.words[off:])
 	var set int
 	for w := range blockWords {
 		set += bits.OnesCount64(p[w] &^ blk[w])
@@ -78,10 +84,15 @@ func (s *sub) contains(h partition.Hash) bool {
 // already matched.
 func (f *Filter) match(h partition.Hash, any bool) uint64 {
 	p := makePattern(h, f.k)
-	off := blockAt(h, f.nblocks)
+	return f.matchAt(h, &p, blockAt(h, f.nblocks), any)
+}
+
+// matchAt is match given h's pattern p and block offset off in the first
+// sub-filters.
+func (f *Filter) matchAt(h partition.Hash, p *pattern, off uint64, any bool) uint64 {
 	var mask uint64
 	for i, words := range f.live {
-		if covers((*[blockWords]uint64)(words[off:]), &p) {
+		if covers((*[blockWords]uint64)(words[off:]), p) {
 			mask |= 1 << i
 		}
 	}
@@ -147,4 +158,59 @@ func (f *Filter) MaskAll(hs []partition.Hash, masks []uint64) {
 // generation.
 func (f *Filter) prefetchBlocks(h partition.Hash) {
 	prefetchAt(f.live, blockAt(h, f.nblocks))
+}
+
+// MaskAllAdd is MaskAll fused with Add: it sets masks[i] to Mask(hs[i]) as
+// MaskAll does, and right after probing a key whose mask is 0 (no live
+// generation may hold it: it is new) and whose hash is not zero, it
+// records the key in the newest generation exactly as Add would (same
+// bits, counts and growth). Keys are probed and added in order, so a key
+// repeated later in hs gets a mask naming the newest generation.
+//
+// The caller still calls Add for a key it emits whose mask was not 0 or
+// whose hash is zero (a zero hash is never added here: the stage probes a
+// zero hash for records it dead-letters), and for every key if the
+// newest generation changed since MaskAllAdd. Adding a key that is then
+// not emitted costs only a false positive later, never a drop.
+//
+// The stage emits almost every key whose mask is 0, and Add of such a key
+// after the chunk was probed found its block evicted again: at 100M keys
+// the insert was a cache miss (sub.insert, 15 s of a 207 s sweep). Here
+// the newest generation's block was just read, and the pattern and offset
+// are computed once for both.
+func (f *Filter) MaskAllAdd(hs []partition.Hash, masks []uint64) {
+	masks = masks[:len(hs)]
+	for j := range min(maskAhead, len(hs)) {
+		f.prefetchBlocks(hs[j])
+	}
+	for i, h := range hs {
+		if j := i + maskAhead; j < len(hs) {
+			f.prefetchBlocks(hs[j])
+		}
+		p := makePattern(h, f.k)
+		off := blockAt(h, f.nblocks)
+		m := f.matchAt(h, &p, off, false)
+		masks[i] = m
+		if m == 0 && h != (partition.Hash{}) {
+			f.insertProbed(h, &p, off)
+		}
+	}
+	runtime.KeepAlive(f) // the bitsets may be unmapped once f is unreachable
+}
+
+// insertProbed is insert into the newest generation given h's pattern p and
+// block offset off in the first sub-filters, which it reuses while the
+// generation has only its first sub-filter.
+func (f *Filter) insertProbed(h partition.Hash, p *pattern, off uint64) {
+	s := &f.slots[f.head]
+	if len(s.subs) != 1 {
+		f.insert(f.head, h)
+		return
+	}
+	first := &s.subs[0]
+	first.ones += first.insertPattern(p, off)
+	s.added++
+	if first.ones >= first.full {
+		f.grow(f.head)
+	}
 }

@@ -153,7 +153,9 @@ func (p *batchProbe) prepare(s *Stage, in []Record) {
 	}
 	p.cur = s.filter.Current()
 	// Dead-lettered records probe a zero hash; their masks are not read.
-	s.filter.MaskAll(p.hs, p.masks)
+	// Keys the front says are new are added to it as they are probed
+	// (while their block is in the cache); emit adds the others.
+	s.filter.MaskAllAdd(p.hs, p.masks)
 	clear(p.emitted[:])
 }
 
@@ -423,7 +425,7 @@ func (s *Stage) decide(i int, oldest uint64, c *Counts) (Decision, error) {
 				c.DroppedBatch++
 				return Decision{Verdict: DropBatch}, nil
 			}
-			return s.emit(h, version, c), nil
+			return s.emit(i, version, c), nil
 		}
 	}
 
@@ -438,7 +440,7 @@ func (s *Stage) decide(i int, oldest uint64, c *Counts) (Decision, error) {
 	}
 	if len(s.cands) == 0 {
 		c.BloomNegative++
-		return s.emit(h, version, c), nil
+		return s.emit(i, version, c), nil
 	}
 	c.StoreReads++
 	if !s.fresh {
@@ -454,13 +456,13 @@ func (s *Stage) decide(i int, oldest uint64, c *Counts) (Decision, error) {
 	}
 	if !found {
 		c.FalsePositives++
-		return s.emit(h, version, c), nil
+		return s.emit(i, version, c), nil
 	}
 	if !s.newer(version, stored) {
 		c.DroppedHistory++
 		return Decision{Verdict: DropHistory}, nil
 	}
-	return s.emit(h, version, c), nil
+	return s.emit(i, version, c), nil
 }
 
 // newer reports whether a record with version v supersedes the one stored
@@ -469,10 +471,18 @@ func (s *Stage) newer(v, old uint64) bool {
 	return s.cfg.Mode == ModeVersion && v > old
 }
 
-func (s *Stage) emit(h partition.Hash, version uint64, c *Counts) Decision {
+// emit stages record i of the probed chunk for the cycle. The front
+// already holds its key if MaskAllAdd added it: its mask was empty, its
+// hash not zero, and the newest generation is still the one it was probed
+// in (a record-time tick may have moved it since).
+func (s *Stage) emit(i int, version uint64, c *Counts) Decision {
+	p := &s.probe
+	h := p.hs[i]
 	s.cycle.set(h, pending{gen: s.cur, version: version})
-	s.filter.Add(h)
-	s.probe.noteEmitted(h)
+	if p.masks[i] != 0 || h == (partition.Hash{}) || p.cur != s.cur {
+		s.filter.Add(h)
+	}
+	p.noteEmitted(h)
 	c.Emitted++
 	return Decision{Verdict: Emit}
 }
