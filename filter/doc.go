@@ -76,6 +76,12 @@
 // MaskAll, the stage's probe of a chunk of records, prefetches the blocks
 // of the key 16 places ahead in every generation while it tests the
 // current one, so that the misses of many keys are in flight at once.
+// MaskAllAdd, what the stage calls, also adds every key it finds new to
+// the newest generation right after probing it, while the block is in the
+// cache and with the pattern already computed; an Add after the whole
+// chunk was probed found the block evicted again at 100M keys
+// (BenchmarkFront100M new-emit against new-fused: 281 against 250 ns of
+// CPU per new key, medians of 3 rounds, machine at load ~20).
 //
 // # Memory
 //

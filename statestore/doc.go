@@ -223,9 +223,13 @@
 // between flushes and two only while one is written (in the Go heap the
 // collector's target added half again, and until session 6 an index was
 // recycled only once, so most handovers allocated a new 48 MiB index the
-// collector freed later). The inserts of a commit read
-// the slots of each group of 16 keys before inserting them, which lets the
-// CPU overlap the cache misses. The run written from an index
+// collector freed later). Before inserting a key, a commit prefetches the
+// slot of the key 16 places ahead, which keeps the cache misses of many
+// keys in flight (BenchmarkMemPut, reused table: 89 cpu-ns per key against
+// 134 when the slots of each group of 16 keys were read before inserting
+// them, 220 with neither); a flush's gather of the entries in hash order
+// prefetches the same way (BenchmarkFlushSort, sort and gather of 1M
+// keys: 99 against 147 cpu-ns per key). The run written from an index
 // records, in one synced Pebble batch, the state of its last commit and the
 // run registry; the log of that index is then removed. The sstables are
 // ingested before that batch: a crash between the two leaves runs the
