@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/dedupstream/dedupstream/partition"
@@ -11,7 +12,9 @@ import (
 // doubling rehashes), "reused" reuses a table sized for the keys (as a
 // handover does now); "touch" reads each group of 16 keys' slots before
 // inserting them, "prefetch" prefetches the slot of the key 16 places
-// ahead of each insert, "plain" does neither.
+// ahead of each insert, "plain" does neither; "released" reuses an index
+// whose pages were handed back, as the store's flushed indexes are, on
+// huge pages ("released") or on 4 KiB pages ("released-4k").
 func BenchmarkMemPut(b *testing.B) {
 	const n = 1 << 20
 	hs := make([]entry, n)
@@ -23,14 +26,23 @@ func BenchmarkMemPut(b *testing.B) {
 		reused bool
 		mode   int
 	}{{"grow/plain", false, memPlain}, {"grow/touch", false, memTouch}, {"grow/prefetch", false, memPrefetch},
-		{"reused/plain", true, memPlain}, {"reused/touch", true, memTouch}, {"reused/prefetch", true, memPrefetch}} {
+		{"reused/plain", true, memPlain}, {"reused/touch", true, memTouch}, {"reused/prefetch", true, memPrefetch},
+		{"released/touch", true, memTouch}, {"released/prefetch", true, memPrefetch},
+		{"released-4k/prefetch", true, memPrefetch}} {
 		b.Run(v.name, func(b *testing.B) {
 			defer func(m int) { memPutMode = m }(memPutMode)
 			memPutMode = v.mode
+			if strings.HasPrefix(v.name, "released-4k/") {
+				defer func(h bool) { hugeRegions = h }(hugeRegions)
+				hugeRegions = false
+			}
 			m := newMemIndex(0, n)
 			cpu := cpuTime()
 			for b.Loop() {
 				if v.reused {
+					if strings.HasPrefix(v.name, "released") {
+						m.release() // as a flushed index is: its pages handed back
+					}
 					m.reset(0)
 				} else {
 					m = newMemIndex(0, 0)

@@ -86,9 +86,10 @@ var regions struct {
 type regionInfo struct {
 	n    int
 	kind MemKind
+	raw  []byte // the whole mapping r lies in, for freeRegion
 }
 
-func registerRegion(r []byte, kind MemKind) {
+func registerRegion(r, raw []byte, kind MemKind) {
 	if len(r) == 0 {
 		return
 	}
@@ -96,7 +97,7 @@ func registerRegion(r []byte, kind MemKind) {
 	if regions.m == nil {
 		regions.m = map[*byte]regionInfo{}
 	}
-	regions.m[unsafe.SliceData(r)] = regionInfo{n: len(r), kind: kind}
+	regions.m[unsafe.SliceData(r)] = regionInfo{n: len(r), kind: kind, raw: raw}
 	regions.Unlock()
 }
 
