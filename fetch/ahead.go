@@ -25,19 +25,10 @@ func (f *Fetcher) ReadRangeAhead(ctx context.Context, from, to int64, ahead int,
 	if ahead < 1 {
 		return f.errorf("read range ahead: ahead must be >= 1, got %d", ahead)
 	}
-	if from < 0 {
-		return f.errorf("read range: from must be >= 0, got %d", from)
+	to, err := f.startRange(ctx, from, to)
+	if err != nil {
+		return err
 	}
-	if to == ToLastStable {
-		offs, err := f.ListOffsets(ctx)
-		if err != nil {
-			return err
-		}
-		to = offs.LastStable
-	} else if to < 0 {
-		return f.errorf("read range: to must be >= 0 or ToLastStable, got %d", to)
-	}
-	f.SetPosition(from)
 	if f.pos >= to {
 		return nil
 	}
@@ -80,7 +71,7 @@ func (f *Fetcher) ReadRangeAhead(ctx context.Context, from, to int64, ahead int,
 			full <- fetched{b: b}
 		}
 	}()
-	var err error
+	err = nil
 	for x := range full {
 		if err != nil {
 			continue // draining: the goroutine ends at its next step

@@ -364,19 +364,7 @@ func TestDecodeAllocations(t *testing.T) {
 	body := encodeResponse(t, nil, raws...)
 	var d decoder
 	b := new(Batch)
-	run := func() {
-		b.reset("t", 0)
-		p, _, err := d.parseResponse(body, 11, "t", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.decodeRecords(b, &p, 0); err != nil {
-			t.Fatal(err)
-		}
-		if len(b.Records) != 1000 {
-			t.Fatalf("%d records", len(b.Records))
-		}
-	}
+	run := func() { decodeThousand(t, &d, b, body) }
 	run() // grow the buffers
 	if n := testing.AllocsPerRun(20, run); n != 0 {
 		t.Fatalf("%v allocations per decode of 1000 records with headers, want 0", n)
@@ -521,17 +509,7 @@ func TestDecodeReservesOnce(t *testing.T) {
 	var d decoder
 	decodeFresh := func(body []byte) *Batch {
 		b := new(Batch)
-		b.reset("t", 0)
-		p, _, err := d.parseResponse(body, 11, "t", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := d.decodeRecords(b, &p, 0); err != nil {
-			t.Fatal(err)
-		}
-		if len(b.Records) != 1000 {
-			t.Fatalf("%d records", len(b.Records))
-		}
+		decodeThousand(t, &d, b, body)
 		return b
 	}
 	manyBody, oneBody := encodeResponse(t, nil, many...), encodeResponse(t, nil, one)
@@ -597,5 +575,22 @@ func TestDecodeReserveTrustsCountsLittle(t *testing.T) {
 	}
 	if limit := len(p.records)/minRecordBytes + 16; cap(b.Records) > limit {
 		t.Errorf("room for %d records reserved for %d bytes of response, want at most %d", cap(b.Records), len(p.records), limit)
+	}
+}
+
+// decodeThousand decodes the response body of topic "t" partition 0 into b
+// with d and fails t unless it holds 1000 records.
+func decodeThousand(t *testing.T, d *decoder, b *Batch, body []byte) {
+	t.Helper()
+	b.reset("t", 0)
+	p, _, err := d.parseResponse(body, 11, "t", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.decodeRecords(b, &p, 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Records) != 1000 {
+		t.Fatalf("%d records", len(b.Records))
 	}
 }

@@ -134,19 +134,10 @@ const ToLastStable int64 = -1
 // during the call. A position that is out of range fails as Fetch does under
 // the Fetcher's OutOfRange policy.
 func (f *Fetcher) ReadRange(ctx context.Context, from, to int64, fn func(*Batch) error) error {
-	if from < 0 {
-		return f.errorf("read range: from must be >= 0, got %d", from)
+	to, err := f.startRange(ctx, from, to)
+	if err != nil {
+		return err
 	}
-	if to == ToLastStable {
-		offs, err := f.ListOffsets(ctx)
-		if err != nil {
-			return err
-		}
-		to = offs.LastStable
-	} else if to < 0 {
-		return f.errorf("read range: to must be >= 0 or ToLastStable, got %d", to)
-	}
-	f.SetPosition(from)
 	var b Batch
 	for f.pos < to {
 		if err := f.Fetch(ctx, &b); err != nil {
@@ -165,4 +156,23 @@ func (f *Fetcher) ReadRange(ctx context.Context, from, to int64, fn func(*Batch)
 		}
 	}
 	return nil
+}
+
+// startRange checks a range's bounds, resolves ToLastStable and moves the
+// Fetcher to from; it returns the range's end.
+func (f *Fetcher) startRange(ctx context.Context, from, to int64) (int64, error) {
+	if from < 0 {
+		return 0, f.errorf("read range: from must be >= 0, got %d", from)
+	}
+	if to == ToLastStable {
+		offs, err := f.ListOffsets(ctx)
+		if err != nil {
+			return 0, err
+		}
+		to = offs.LastStable
+	} else if to < 0 {
+		return 0, f.errorf("read range: to must be >= 0 or ToLastStable, got %d", to)
+	}
+	f.SetPosition(from)
+	return to, nil
 }
