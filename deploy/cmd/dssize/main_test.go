@@ -32,7 +32,7 @@ func TestDocumentedOutput(t *testing.T) {
 		want []string
 	}{
 		{[]string{"-partitions", "12", "-replicas", "3", "-rate", "20000"}, []string{"requests 1450Mi, limits 1813Mi", "requests 500m", "state volume: 2Gi"}},
-		{[]string{"-partitions", "12", "-static", "4,4,4", "-rate", "20000"}, []string{"requests 1443Mi, limits 1804Mi", "requests 500m", "state volume: 1Gi"}},
+		{[]string{"-partitions", "12", "-static", "4,4,4", "-rate", "20000"}, []string{"requests 1358Mi, limits 1698Mi", "requests 500m", "state volume: 1Gi"}},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(append([]string{"-config", path}, tc.args...), &out, &errb); code != 0 {
