@@ -15,6 +15,7 @@ import (
 
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/partition"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
@@ -369,4 +370,45 @@ func (p *Producer) Caught(ctx context.Context, group, topic string, partitions i
 		}
 	}
 	return true, c, nil
+}
+
+// ResetOffsets commits offsets for group on topic the way
+// kafka-consumer-groups.sh --reset-offsets does: outside any generation,
+// with empty metadata. The group must be empty.
+func (p *Producer) ResetOffsets(ctx context.Context, group, topic string, offsets map[int32]int64) error {
+	// Newer versions name the topic by its id.
+	meta := kmsg.NewPtrMetadataRequest()
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr(topic)
+	meta.Topics = append(meta.Topics, mt)
+	mres, err := meta.RequestWith(ctx, p.cl)
+	if err != nil {
+		return err
+	}
+	if len(mres.Topics) != 1 || mres.Topics[0].ErrorCode != 0 {
+		return fmt.Errorf("reset: no metadata for topic %s", topic)
+	}
+	req := kmsg.NewPtrOffsetCommitRequest()
+	req.Group = group
+	req.Generation = -1
+	rt := kmsg.NewOffsetCommitRequestTopic()
+	rt.Topic, rt.TopicID = topic, mres.Topics[0].TopicID
+	for part, off := range offsets {
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset = part, off
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	res, err := req.RequestWith(ctx, p.cl)
+	if err != nil {
+		return err
+	}
+	for _, t := range res.Topics {
+		for _, tp := range t.Partitions {
+			if err := kerr.ErrorForCode(tp.ErrorCode); err != nil {
+				return fmt.Errorf("reset %s/%d: %w", t.Topic, tp.Partition, err)
+			}
+		}
+	}
+	return nil
 }
