@@ -71,9 +71,17 @@ func (recs jobRecords) fold(key, value []byte, off int64) {
 	}
 	for line := range bytes.Lines(value) {
 		name, v, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\n")), []byte("="))
-		if _, set := recs[string(name)]; ok && !set && slices.Contains(layoutKeys, string(name)) {
-			recs[string(name)] = jobRecord{value: bytes.Clone(v), offset: off}
+		if _, set := recs[string(name)]; !ok || set || !slices.Contains(layoutKeys, string(name)) {
+			continue
 		}
+		if len(v) > 0 && v[0] == '"' {
+			u, err := strconv.Unquote(string(v))
+			if err != nil {
+				continue // malformed: sets nothing
+			}
+			v = []byte(u)
+		}
+		recs[string(name)] = jobRecord{value: bytes.Clone(v), offset: off}
 	}
 }
 
@@ -87,13 +95,21 @@ func (recs jobRecords) missing(want map[string]string) bool {
 	return false
 }
 
-// claimValue is the value of a claim record of the layout want.
+// claimValue is the value of a claim record of the layout want. A value
+// that a line cannot hold as it is (a route naming a JSON member or header
+// with a newline in it) is written quoted, Go syntax, and fold unquotes it;
+// other values are written plain, as earlier builds wrote and read them.
 func claimValue(want map[string]string) []byte {
 	var b bytes.Buffer
 	for _, k := range layoutKeys {
-		if v, ok := want[k]; ok {
-			fmt.Fprintf(&b, "%s=%s\n", k, v)
+		v, ok := want[k]
+		if !ok {
+			continue
 		}
+		if strings.ContainsAny(v, "\n\r") || strings.HasPrefix(v, `"`) {
+			v = strconv.Quote(v)
+		}
+		fmt.Fprintf(&b, "%s=%s\n", k, v)
 	}
 	return b.Bytes()
 }

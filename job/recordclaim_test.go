@@ -57,6 +57,22 @@ func TestFoldFirstClaimWholeLayout(t *testing.T) {
 	}
 }
 
+// TestClaimValueRoundTrip: whatever a layout value holds (a route naming a
+// JSON member with a newline or "=" in it, a leading quote), the fold of
+// its claim gives it back; a claim whose quoted value is cut sets nothing
+// of that key.
+func TestClaimValueRoundTrip(t *testing.T) {
+	for _, route := range []string{"murmur2(key)", "murmur2(json:a\nroute=x)", "murmur2(json:a\r\nb)", `"quoted"`, `murmur2(header:x"y)`, "input fnv1a(kafka key)", ""} {
+		want := map[string]string{"partitions": "4", "route": route, "output": "out"}
+		if got := foldLog([]logRecord{{"claim-a", string(claimValue(want))}}, all); !maps.Equal(got, want) {
+			t.Errorf("route %q: fold of its claim gives %q", route, got)
+		}
+	}
+	if got := foldLog([]logRecord{{"claim-a", "route=\"murmur2(\n"}, {"claim-b", "route=murmur2(key)\n"}}, all); got["route"] != "murmur2(key)" {
+		t.Errorf("a cut quoted value set the route: %q", got)
+	}
+}
+
 // TestFoldSurvivesCompaction: the partitions topic is compacted, which
 // keeps only the last record of each key. On random logs of claims (each
 // of its own key, as claimJobRecords writes them) and plain records, the
