@@ -2,7 +2,6 @@ package job
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -57,7 +56,7 @@ func (r *runner) dropStateOfOtherSettings() error {
 		return fmt.Errorf("partition %d: close state %s: %w", r.p, dir, err)
 	}
 	r.stage = nil
-	if err := os.RemoveAll(dir); err != nil {
+	if err := pipeline.RemoveState(dir); err != nil {
 		return fmt.Errorf("partition %d: remove state %s written under other dedup settings: %w", r.p, dir, err)
 	}
 	r.j.addStats(func(s *Stats) { s.StatesDropped++ })

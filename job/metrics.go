@@ -46,6 +46,7 @@ var (
 	descStoreWrite  = prometheus.NewDesc("dedupstream_store_writes_total", "Keys written to the exact store: emitted records of committed cycles and output records restored in recovery.", lp, nil)
 	descTxn         = prometheus.NewDesc("dedupstream_transactions_total", "Committed Kafka transactions (commit cycles).", lp, nil)
 	descRestored    = prometheus.NewDesc("dedupstream_restored_records_total", "Output records read back into a lagging state store in recovery.", lp, nil)
+	descUnkeyed     = prometheus.NewDesc("dedupstream_restore_unkeyed_records_total", "Output records a restore left out because they have no business key under the current dedup settings (emitted under another dedup.key, or written by another producer).", lp, nil)
 	descAmbiguous   = prometheus.NewDesc("dedupstream_ambiguous_commits_total", "Commit cycles whose EndTxn outcome was unknown (request timed out, connection lost), by what recovery found from the committed input offsets: committed, aborted, or timed_out (aborted by the transaction coordinator because the cycle stayed open past kafka.transaction_timeout: the process stood still or the brokers did not answer). Exactly-once holds in every case.", []string{"partition", "outcome"}, nil)
 	descMisroute    = prometheus.NewDesc("dedupstream_misrouted_records_total", "Input records found on another partition than the configured partitioner gives for their key.", lp, nil)
 	descCycle       = prometheus.NewDesc("dedupstream_cycle_duration_seconds", "Processing latency: from the first fetched batch of a commit cycle to the state commit after its transaction committed; every record of the cycle waited at most this long inside the job.", lp, nil)
@@ -73,7 +74,7 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIn, descOut, descDropped, descDLQ, descRatio, descBloomCheck, descBloomNeg, descFP,
-		descStoreRead, descStoreWrite, descTxn, descRestored, descAmbiguous, descMisroute, descCycle, descE2E, descLag, descStateKeys,
+		descStoreRead, descStoreWrite, descTxn, descRestored, descUnkeyed, descAmbiguous, descMisroute, descCycle, descE2E, descLag, descStateKeys,
 		descStateBytes, descDisk, descGen, descFill, descGenFPR, descSubFilters, descFPR, descRestoreLeft, descRestoreDone, descRecovery, descReady,
 		descAssigned, descGenerations, descRouteIn, descRouted, descDLQCut} {
 		ch <- d
@@ -140,6 +141,7 @@ func (pm *partMetrics) collect(ch chan<- prometheus.Metric, topics []string) {
 	counter(descStoreWrite, pm.storeWrites)
 	counter(descTxn, pm.cycles)
 	counter(descRestored, pm.restored)
+	counter(descUnkeyed, pm.unkeyed)
 	counter(descMisroute, pm.misrouted)
 	for i, v := range pm.ambiguous {
 		counter(descAmbiguous, v, ambiguousLabels[i])

@@ -28,6 +28,7 @@ type partMetrics struct {
 	misrouted   uint64
 	cycles      uint64
 	restored    uint64
+	unkeyed     uint64 // output records restores left out (pipeline.Restored.Unkeyed)
 	storeWrites uint64
 	ambiguous   [ambiguousOutcomes]uint64 // settled ambiguous commits by outcome
 	cycle, e2e  hist
@@ -279,6 +280,16 @@ func (m *stageMetrics) restoredUpTo(from, to, next int64, n int) {
 	if to > from {
 		pm.restoreFrac = min(float64(done)/float64(to-from), restoreReadCap)
 	}
+}
+
+// restoreUnkeyed takes note of n output records a restore left out for
+// want of a business key.
+func (m *stageMetrics) restoreUnkeyed(n int) {
+	pm := m.pm
+	pm.mu.Lock()
+	defer pm.mu.Unlock()
+	pm.unkeyed += uint64(n)
+	pm.storeWrites -= uint64(n)
 }
 
 // restoreReadCap is the most the restore progress shows while the keys

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/dedupstream/dedupstream/config"
@@ -12,6 +11,7 @@ import (
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/dedupstream/dedupstream/sink"
+	"github.com/dedupstream/dedupstream/statestore"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -109,7 +109,10 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 		}
 	}()
 	for _, p := range owned {
-		if err := os.RemoveAll(j.stateDir(p)); err != nil {
+		if err := pipeline.RemoveState(j.stateDir(p)); err != nil {
+			if errors.Is(err, statestore.ErrLocked) {
+				return ms, fmt.Errorf("job: migrate: the state of partition %d is open in a running instance (%w): stop every instance of job %q first", p, err, cfg.Job.ID)
+			}
 			return ms, fmt.Errorf("job: migrate: remove state of partition %d: %w", p, err)
 		}
 		r := newRunner(j, p, lay, sink.Group{ID: cfg.Job.ID})

@@ -62,9 +62,7 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 				return ctx.Err()
 			}
 			recs = convert(recs, b)
-			if err := keyer.key(recs, &kb.keys); err != nil {
-				return &fatalError{err}
-			}
+			keyer.key(recs, &kb.keys)
 			kb.next, kb.n = b.NextOffset, len(b.Records)
 			select {
 			case full <- kb:
@@ -75,8 +73,8 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 		})
 	}()
 	var (
-		restored int
-		applyErr error
+		restored, unkeyed int
+		applyErr          error
 	)
 	// Drained to the end, even after an error: the reader then stops at
 	// its next batch and closes full.
@@ -88,12 +86,21 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 			} else {
 				restored += kb.n
 				r.met.restoredUpTo(from, to, kb.next, kb.n)
+				if u := kb.keys.Unkeyed(); u > 0 {
+					unkeyed += u
+					r.met.restoreUnkeyed(u)
+				}
 				r.j.opts.failpoint(testhook.Restored)
 			}
 		}
 		free <- kb
 	}
 	err := <-readErr
+	if unkeyed > 0 {
+		r.log.Warn("output records without a business key under the current dedup settings were left out of the restore: "+
+			"they were emitted under another dedup.key, or written to the output by another producer; no record can repeat a key they do not have",
+			"records", unkeyed, "from", from)
+	}
 	if applyErr != nil {
 		return restored, applyErr
 	}
@@ -128,7 +135,7 @@ const splitKeyMin = 256
 type splitKeyer struct {
 	own, other *pipeline.RestoreKeyer
 	work       chan splitWork
-	done       chan error
+	done       chan struct{}
 }
 
 type splitWork struct {
@@ -138,10 +145,11 @@ type splitWork struct {
 }
 
 func newSplitKeyer(s *pipeline.Stage) *splitKeyer {
-	k := &splitKeyer{own: s.NewRestoreKeyer(), other: s.NewRestoreKeyer(), work: make(chan splitWork), done: make(chan error)}
+	k := &splitKeyer{own: s.NewRestoreKeyer(), other: s.NewRestoreKeyer(), work: make(chan splitWork), done: make(chan struct{})}
 	go func() {
 		for w := range k.work {
-			k.done <- k.other.KeyInto(w.in, w.b, w.at)
+			k.other.KeyInto(w.in, w.b, w.at)
+			k.done <- struct{}{}
 		}
 	}()
 	return k
@@ -152,19 +160,14 @@ func (k *splitKeyer) close() { close(k.work) }
 
 // key replaces the contents of b with the keys of in, as
 // pipeline.RestoreKeyer.Key does.
-func (k *splitKeyer) key(in []pipeline.Record, b *pipeline.Restored) error {
+func (k *splitKeyer) key(in []pipeline.Record, b *pipeline.Restored) {
 	if len(in) < splitKeyMin {
-		return k.own.Key(in, b)
+		k.own.Key(in, b)
+		return
 	}
 	b.SetLen(len(in))
 	half := len(in) / 2
 	k.work <- splitWork{in: in[half:], b: b, at: half}
-	err := k.own.KeyInto(in[:half], b, 0)
-	if err2 := <-k.done; err == nil {
-		err = err2
-	}
-	if err != nil {
-		b.SetLen(0)
-	}
-	return err
+	k.own.KeyInto(in[:half], b, 0)
+	<-k.done
 }

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/statestore"
@@ -22,13 +23,34 @@ type Restored struct {
 	hs       []partition.Hash
 	versions []uint64
 	tsMs     []int64
+	// unkeyed marks the records KeyInto could not key and nUnkeyed counts
+	// them (atomically: two KeyInto calls may fill one batch at once);
+	// RestoreKeyed leaves them out.
+	unkeyed  []bool
+	nUnkeyed atomic.Int64
 }
 
 // Len returns the number of records in b.
 func (b *Restored) Len() int { return len(b.hs) }
 
-func (b *Restored) reset() {
-	b.hs, b.versions, b.tsMs = b.hs[:0], b.versions[:0], b.tsMs[:0]
+// Unkeyed returns how many records of b had no business key.
+func (b *Restored) Unkeyed() int { return int(b.nUnkeyed.Load()) }
+
+func (b *Restored) reset() { b.SetLen(0) }
+
+// dropUnkeyed removes the records marked unkeyed; Unkeyed still counts
+// them.
+func (b *Restored) dropUnkeyed() {
+	n := 0
+	for i, bad := range b.unkeyed {
+		if bad {
+			b.unkeyed[i] = false
+			continue
+		}
+		b.hs[n], b.versions[n], b.tsMs[n] = b.hs[i], b.versions[i], b.tsMs[i]
+		n++
+	}
+	b.hs, b.versions, b.tsMs, b.unkeyed = b.hs[:n], b.versions[:n], b.tsMs[:n], b.unkeyed[:n]
 }
 
 // RestoreKeyer keys output records for Stage.RestoreKeyed exactly as the
@@ -49,39 +71,46 @@ func (s *Stage) NewRestoreKeyer() *RestoreKeyer {
 	return &RestoreKeyer{keyer: &k}
 }
 
-// Key replaces the contents of b with the keys of in. A record that cannot
-// be keyed fails the whole batch: the output holds only records a stage
-// keyed once already, so this means the output topic holds records no
-// stage of this configuration wrote.
-func (k *RestoreKeyer) Key(in []Record, b *Restored) error {
+// Key replaces the contents of b with the keys of in.
+//
+// A record without a business key under the stage's configuration is left
+// out and counted (Restored.Unkeyed): it was emitted under another
+// dedup.key (the settings changed, and the store was dropped and is being
+// restored under the new ones), or written by another producer. No record
+// can repeat a key it does not have (as input it would go to the DLQ), so
+// leaving it out forgets nothing; failing the restore instead failed every
+// start until such records left the output.
+func (k *RestoreKeyer) Key(in []Record, b *Restored) {
 	b.SetLen(len(in))
-	if err := k.KeyInto(in, b, 0); err != nil {
-		b.reset()
-		return err
-	}
-	return nil
+	k.KeyInto(in, b, 0)
 }
 
 // SetLen makes b a batch of n records, to be filled by KeyInto (several
 // RestoreKeyers may fill disjoint ranges of it at once).
 func (b *Restored) SetLen(n int) {
+	if b.nUnkeyed.Load() != 0 {
+		clear(b.unkeyed)
+		b.nUnkeyed.Store(0)
+	}
 	b.hs, b.versions, b.tsMs = slices.Grow(b.hs[:0], n)[:n], slices.Grow(b.versions[:0], n)[:n], slices.Grow(b.tsMs[:0], n)[:n]
+	b.unkeyed = slices.Grow(b.unkeyed[:0], n)[:n]
 }
 
-// KeyInto keys in as records at..at+len(in)-1 of b (see SetLen). On an
-// error (as Key's) the batch must not be recorded.
-func (k *RestoreKeyer) KeyInto(in []Record, b *Restored, at int) error {
+// KeyInto keys in as records at..at+len(in)-1 of b (see SetLen); records
+// without a business key are marked, as Key says.
+func (k *RestoreKeyer) KeyInto(in []Record, b *Restored, at int) {
 	hs, versions, tsMs := b.hs[at:at+len(in)], b.versions[at:at+len(in)], b.tsMs[at:at+len(in)]
 	for i := range in {
 		key, version, err := k.keyer.identity(&in[i])
 		if err != nil {
-			return fmt.Errorf("pipeline: restore: output record %d: %w", at+i, err)
+			b.unkeyed[at+i] = true
+			b.nUnkeyed.Add(1)
+			continue
 		}
 		hs[i] = partition.HashKey(key)
 		versions[i] = version
 		tsMs[i] = in[i].TimestampMs
 	}
-	return nil
 }
 
 // Restore records keys that the committed output holds but the store does
@@ -95,10 +124,7 @@ func (s *Stage) Restore(in []Record, checkpoint []byte) error {
 	if s.restoreKeyer == nil {
 		s.restoreKeyer = s.NewRestoreKeyer()
 	}
-	if err := s.restoreKeyer.Key(in, &s.restored); err != nil {
-		s.Abort()
-		return err
-	}
+	s.restoreKeyer.Key(in, &s.restored)
 	return s.RestoreKeyed(&s.restored, checkpoint)
 }
 
@@ -110,6 +136,10 @@ func (s *Stage) RestoreKeyed(b *Restored, checkpoint []byte) error {
 		return s.err
 	}
 	s.Abort()
+	if n := b.Unkeyed(); n > 0 {
+		b.dropUnkeyed()
+		s.restoreUnkeyed += uint64(n)
+	}
 	// The stage clock moves to the batch's newest time, so that restored
 	// keys are kept at least as long as that record (see advance).
 	wall := s.clock().UnixMilli()
@@ -138,6 +168,10 @@ func (s *Stage) RestoreKeyed(b *Restored, checkpoint []byte) error {
 	}
 	return nil
 }
+
+// RestoreUnkeyed returns how many output records the restores of s left
+// out for want of a business key (see RestoreKeyer.Key).
+func (s *Stage) RestoreUnkeyed() uint64 { return s.restoreUnkeyed }
 
 // EndRestore ends a restore: it writes the keys the RestoreKeyed calls
 // loaded into the store as runs and waits for them, so that the store holds

@@ -110,9 +110,7 @@ func TestRestoreSteadyStateAllocatesNothing(t *testing.T) {
 			in[i] = Record{Record: partition.Record{Value: append(v, `"}`...)}, TimestampMs: now.UnixMilli()}
 			next++
 		}
-		if err := k.Key(in, &b); err != nil {
-			t.Fatal(err)
-		}
+		k.Key(in, &b)
 		if err := s.RestoreKeyed(&b, []byte("cp")); err != nil {
 			t.Fatal(err)
 		}
@@ -130,5 +128,63 @@ func TestRestoreSteadyStateAllocatesNothing(t *testing.T) {
 	}
 	if err := s.EndRestore(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRestoreLeavesOutUnkeyed: output records without a business key under
+// the stage's configuration (emitted under another dedup.key, or written by
+// another producer) are left out of a restore and counted; the others are
+// restored, and nothing of an unkeyed record's slot reaches the store, not
+// even the hash a reused batch held there before.
+func TestRestoreLeavesOutUnkeyed(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	s := openTestStage(t, Config{Key: []partition.Field{{Source: partition.SourceJSON, Name: "k"}}}, func() time.Time { return now })
+	rec := func(v string) Record {
+		return Record{Record: partition.Record{Value: []byte(v)}, TimestampMs: now.UnixMilli()}
+	}
+	const n = 600
+	var stale, mixed, kept []Record
+	for i := range n {
+		stale = append(stale, rec(fmt.Sprintf(`{"k":"stale-%d"}`, i)))
+		switch i % 3 {
+		case 0:
+			mixed = append(mixed, rec(`{"other":1}`))
+		case 1:
+			mixed = append(mixed, rec(`not json`))
+		default:
+			r := rec(fmt.Sprintf(`{"k":"kept-%d"}`, i))
+			mixed, kept = append(mixed, r), append(kept, r)
+		}
+	}
+	k := s.NewRestoreKeyer()
+	var b Restored
+	k.Key(stale, &b) // leaves its hashes in b's slots
+	k.Key(mixed, &b)
+	if b.Unkeyed() != 2*n/3 {
+		t.Fatalf("Unkeyed = %d, want %d", b.Unkeyed(), 2*n/3)
+	}
+	if err := s.RestoreKeyed(&b, []byte("cp")); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EndRestore(); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.RestoreUnkeyed(); got != 2*n/3 {
+		t.Errorf("RestoreUnkeyed = %d, want %d", got, 2*n/3)
+	}
+	for name, tc := range map[string]struct {
+		in   []Record
+		want Verdict
+	}{"restored keys": {kept, DropHistory}, "keys only a reused slot held": {stale, Emit}} {
+		decs, _, err := s.Process(tc.in, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range decs {
+			if d.Verdict != tc.want {
+				t.Fatalf("%s: record %d: verdict %v, want %v", name, i, d.Verdict, tc.want)
+			}
+		}
+		s.Abort()
 	}
 }

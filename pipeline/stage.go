@@ -73,6 +73,8 @@ type Stage struct {
 
 	restoreKeyer *RestoreKeyer // Restore's, made on first use
 	restored     Restored
+	// restoreUnkeyed counts output records restores left out (Restored.Unkeyed).
+	restoreUnkeyed uint64
 }
 
 // batchProbe is what Process computes for a chunk of a batch before
@@ -552,4 +554,11 @@ func (s *Stage) Close() error {
 	s.store = nil
 	s.err = ErrClosed
 	return errors.Join(errs...)
+}
+
+// RemoveState deletes the stage directory dir (store, Bloom snapshot and
+// all) unless a process has its store open: then it removes nothing and
+// returns an error matching statestore.ErrLocked.
+func RemoveState(dir string) error {
+	return statestore.Remove(dir, filepath.Join(dir, StoreDir))
 }
