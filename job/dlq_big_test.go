@@ -8,7 +8,6 @@ import (
 
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/job"
-	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -60,19 +59,8 @@ func testDLQTooBig(t *testing.T, dlqLimit, binSize int) {
 	// Later keys on every partition, the big records' included.
 	w := e.workload(21, 2_000, 300)
 	e.produce(w.Records)
-	r := e.start(e.config("0, 1, 2, 3"))
-	e.waitCommitted(r, 1, 60*time.Second)
-	e.stop(r)
-
-	ctx := e.ctx(60 * time.Second)
-	out, err := jobtest.ReadCommitted(ctx, e.brokers, e.out, partitions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dlq, err := jobtest.ReadCommitted(ctx, e.brokers, e.dlq, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := e.runToEnd(e.config("0, 1, 2, 3"))
+	out, dlq := e.readOutput()
 	var rest []*kgo.Record
 	found := 0
 	for _, d := range dlq {

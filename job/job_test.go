@@ -218,6 +218,30 @@ func (e *env) waitCommitted(r *running, frac float64, timeout time.Duration, onl
 	}
 }
 
+// runToEnd starts the job on cfg, waits until it committed all the input
+// produced so far, and stops it.
+func (e *env) runToEnd(cfg *config.Config) *running {
+	e.t.Helper()
+	r := e.start(cfg)
+	e.waitCommitted(r, 1, 60*time.Second)
+	e.stop(r)
+	return r
+}
+
+// readOutput reads the output and the DLQ read_committed with kgo.
+func (e *env) readOutput() (out, dlq []*kgo.Record) {
+	e.t.Helper()
+	ctx := e.ctx(60 * time.Second)
+	out, err := jobtest.ReadCommitted(ctx, e.brokers, e.out, partitions, e.clientOpts...)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if dlq, err = jobtest.ReadCommitted(ctx, e.brokers, e.dlq, 1, e.clientOpts...); err != nil {
+		e.t.Fatal(err)
+	}
+	return out, dlq
+}
+
 // verify reads output and DLQ read_committed with kgo and checks G1, G2,
 // the DLQ and the accounting identity against the job counters st.
 func (e *env) verify(w *jobtest.Workload, st job.Stats) {

@@ -4,8 +4,6 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"github.com/dedupstream/dedupstream/job/jobtest"
 )
 
 // TestOffsetsReset is the operator's replay: the job stops, its group's
@@ -30,9 +28,7 @@ func TestOffsetsReset(t *testing.T) {
 			w := e.workload(11, 3_000, 800)
 			e.produce(w.Records)
 			cfg := e.config("0, 1, 2, 3")
-			r1 := e.start(cfg)
-			e.waitCommitted(r1, 1, 45*time.Second)
-			e.stop(r1)
+			e.runToEnd(cfg)
 
 			zero := map[int32]int64{}
 			for p := range int32(partitions) {
@@ -49,9 +45,7 @@ func TestOffsetsReset(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			r2 := e.start(cfg)
-			e.waitCommitted(r2, 1, 45*time.Second)
-			e.stop(r2)
+			r2 := e.runToEnd(cfg)
 
 			st := r2.job.Stats()
 			if st.In < uint64(len(w.Records)-w.Poison) || st.Emitted != 0 {
@@ -60,15 +54,7 @@ func TestOffsetsReset(t *testing.T) {
 			if tc.removeState && st.Restored == 0 {
 				t.Errorf("the removed stores were not restored from the output: %+v", st)
 			}
-			ctx := e.ctx(30 * time.Second)
-			out, err := jobtest.ReadCommitted(ctx, e.brokers, e.out, partitions)
-			if err != nil {
-				t.Fatal(err)
-			}
-			dlq, err := jobtest.ReadCommitted(ctx, e.brokers, e.dlq, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
+			out, dlq := e.readOutput()
 			if len(dlq) != 2*w.Poison {
 				t.Errorf("DLQ holds %d records, want each of the %d poison records twice (read twice)", len(dlq), w.Poison)
 			}
