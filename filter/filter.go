@@ -29,10 +29,16 @@ type Filter struct {
 	head  int    // slots[head] holds cur, slots[head-i mod G] holds cur-i
 	slots []slot
 	grown uint64 // bit i set: slots[i] has more than one sub-filter
-	// live holds the first sub-filters' bitsets of the live generations,
-	// newest first (live[i] is generation cur-i's): the probe loops walk it
-	// instead of the ring of slots. setCurrent and ReadFrom rebuild it.
-	live [][]uint64
+	// live holds the first sub-filters' bitsets of the live generations
+	// that hold a key, newest first, and liveBit their bits in a mask
+	// (1<<i for generation cur-i): the probe loops walk it instead of the
+	// ring of slots. A generation whose first sub-filter has no bit set
+	// cannot match, so it costs no cache line: a window not yet full (a
+	// new job, a stream shorter than the window) reads only the
+	// generations it filled. setCurrent, ReadFrom and the first insert
+	// into an empty generation rebuild it.
+	live    [][]uint64
+	liveBit []uint64
 	tag  uint64
 	mark uint64
 	mem  *arena // the bitsets mapped outside the Go heap
@@ -78,6 +84,7 @@ func newFilter(cfg Config, gen uint64) *Filter {
 		full0:   first.full,
 		slots:   make([]slot, cfg.Generations),
 		live:    make([][]uint64, 0, cfg.Generations),
+		liveBit: make([]uint64, 0, cfg.Generations),
 		mem:     &arena{},
 	}
 	runtime.AddCleanup(f, (*arena).release, f.mem)
@@ -106,12 +113,16 @@ func (f *Filter) setCurrent(gen uint64) {
 	f.relink()
 }
 
-// relink rebuilds f.live from the slots.
+// relink rebuilds f.live and f.liveBit from the slots: the live
+// generations whose first sub-filter holds a bit.
 func (f *Filter) relink() {
-	f.live = f.live[:0]
+	f.live, f.liveBit = f.live[:0], f.liveBit[:0]
 	idx := f.head
-	for range f.nlive {
-		f.live = append(f.live, f.slots[idx].words)
+	for i := range f.nlive {
+		if f.slots[idx].subs[0].ones > 0 {
+			f.live = append(f.live, f.slots[idx].words)
+			f.liveBit = append(f.liveBit, 1<<i)
+		}
 		idx = f.prev(idx)
 	}
 }
@@ -264,8 +275,12 @@ func (f *Filter) AddTo(gen uint64, h partition.Hash) bool {
 func (f *Filter) insert(idx int, h partition.Hash) {
 	s := &f.slots[idx]
 	last := &s.subs[len(s.subs)-1]
+	empty := last.ones == 0 && len(s.subs) == 1
 	last.ones += last.insert(h)
 	s.added++
+	if empty {
+		f.relink() // the generation's first key: probe it from now on
+	}
 	if last.ones >= last.full {
 		f.grow(idx)
 	}

@@ -93,7 +93,7 @@ func (f *Filter) matchAt(h partition.Hash, p *pattern, off uint64, any bool) uin
 	var mask uint64
 	for i, words := range f.live {
 		if covers((*[blockWords]uint64)(words[off:]), p) {
-			mask |= 1 << i
+			mask |= f.liveBit[i]
 		}
 	}
 	if f.grown == 0 || (any && mask != 0) {
@@ -208,8 +208,12 @@ func (f *Filter) insertProbed(h partition.Hash, p *pattern, off uint64) {
 		return
 	}
 	first := &s.subs[0]
+	empty := first.ones == 0
 	first.ones += first.insertPattern(p, off)
 	s.added++
+	if empty {
+		f.relink() // the generation's first key: probe it from now on
+	}
 	if first.ones >= first.full {
 		f.grow(f.head)
 	}
