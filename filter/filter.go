@@ -39,9 +39,9 @@ type Filter struct {
 	// into an empty generation rebuild it.
 	live    [][]uint64
 	liveBit []uint64
-	tag  uint64
-	mark uint64
-	mem  *arena // the bitsets mapped outside the Go heap
+	tag     uint64
+	mark    uint64
+	mem     *arena // the bitsets mapped outside the Go heap
 }
 
 // slot is one generation: its first sub-filter, which every generation has
