@@ -498,6 +498,7 @@ func (s *Stage) Commit(checkpoint []byte) error {
 		return s.err
 	}
 	oldest := s.win.oldestLive(s.cur)
+	s.batch.Grow(len(s.cycle.entries))
 	for i := range s.cycle.entries {
 		if e := &s.cycle.entries[i]; e.gen >= oldest {
 			s.batch.Put(e.gen, e.h, e.version)

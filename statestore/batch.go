@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/dedupstream/dedupstream/partition"
 )
@@ -43,6 +44,13 @@ func (b *Batch) Put(gen uint64, h partition.Hash, version uint64) {
 	}
 	b.entries = append(b.entries, entry{gen: gen, h: h, version: version, seq: len(b.entries)})
 	b.minGen = min(b.minGen, gen)
+}
+
+// Grow makes room for n more Puts, so that a caller that knows a cycle's
+// key count puts them without growing the batch step by step (each step a
+// copy of every entry put so far).
+func (b *Batch) Grow(n int) {
+	b.entries = slices.Grow(b.entries, n)
 }
 
 // Len returns the number of Puts since the last Reset or Commit.
