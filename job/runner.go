@@ -362,6 +362,7 @@ func (r *runner) recover(ctx context.Context) error {
 	}
 	r.j.addStats(func(s *Stats) { s.Restored += uint64(restored); s.Recovered++ })
 	r.in.reset(ctx, resume)
+	r.skipFirstSnapshotIfEmpty()
 	r.log.Info("recovered", "input_offset", resume, "output_offset", r.outNext, "store_seq", st.Seq)
 	return nil
 }
@@ -503,14 +504,30 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 const snapshotEvery = time.Minute
 
 // snapshot writes the Bloom snapshot when the last one is snapshotEvery
-// old (the first right after recovery, as Open consumed the previous one).
-// A failure costs only a slower start after a crash: it is logged.
+// old (the first right after recovery, as Open consumed the previous one,
+// unless the store was empty then: see skipFirstSnapshotIfEmpty). A
+// failure costs only a slower start after a crash: it is logged.
 func (r *runner) snapshot() {
 	if now := time.Now(); now.Sub(r.snapAt) >= snapshotEvery {
 		r.snapAt = now
 		if err := r.stage.SaveSnapshot(); err != nil {
 			r.log.Warn("writing the bloom snapshot failed; a restart after a crash rebuilds the filter from the store", "err", err)
 		}
+	}
+}
+
+// skipFirstSnapshotIfEmpty puts the stage's first snapshot off by
+// snapshotEvery when recovery left its store without a commit (a new job,
+// a new or removed state directory with nothing to restore). A snapshot
+// spares a restart after a crash the scan of the whole store: without one
+// Open rebuilds the filter from the store's live generations, with one it
+// adds the keys committed since. Starting from an empty store both visit
+// the same keys, those committed since recovery, so that snapshot (the
+// whole front written and synced, in the first cycle of every new stage)
+// would buy nothing.
+func (r *runner) skipFirstSnapshotIfEmpty() {
+	if r.snapAt.IsZero() && r.stage.State().Seq == 0 {
+		r.snapAt = time.Now()
 	}
 }
 
