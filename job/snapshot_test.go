@@ -33,6 +33,9 @@ func TestFirstSnapshot(t *testing.T) {
 	e.produce(w.Records[:half])
 	r1 := e.start(cfg)
 	e.waitCommitted(r1, 1, 45*time.Second)
+	// A stage writes its snapshot after the transaction whose offsets
+	// waitCommitted saw: give the last cycles time to get there.
+	time.Sleep(2 * time.Second)
 	if n := snapshots(); n != 0 {
 		t.Errorf("a new job wrote %d Bloom snapshots in its first cycles, want 0", n)
 	}
@@ -44,7 +47,11 @@ func TestFirstSnapshot(t *testing.T) {
 	r2 := e.start(cfg)
 	e.produce(w.Records[half:])
 	e.waitCommitted(r2, 1, 45*time.Second)
-	if n := snapshots(); n != partitions {
+	n := snapshots()
+	for deadline := time.Now().Add(20 * time.Second); n != partitions && time.Now().Before(deadline); n = snapshots() {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n != partitions {
 		t.Errorf("%d Bloom snapshots after the restarted job's first cycles, want %d (Open consumed the last ones)", n, partitions)
 	}
 	e.stop(r2)
