@@ -305,6 +305,14 @@ func (s *Store) writeLoad(job *flushJob) error {
 		if err := s.writeFilterTable(fp, p.gen, p.id, p.filter.f); err != nil {
 			return fmt.Errorf("write the filter of loaded run %d: %w", p.id, err)
 		}
+		var runPaths []string
+		for _, q := range parts[i:] {
+			if q.id != p.id {
+				break
+			}
+			runPaths = append(runPaths, q.path)
+		}
+		r.blocks = s.runBlocksOrNil(p.gen, p.id, runPaths)
 		paths = append(paths, fp)
 		written = append(written, r)
 	}

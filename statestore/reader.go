@@ -34,6 +34,7 @@ type Reader struct {
 	byGen  map[uint64][]*runIter // per generation, in runs.of's order (newest first)
 	spare  []*runIter            // scratch for Refresh
 	key    [bucketKeyLen]byte
+	br     blockRead // reads of run blocks (blocks.go)
 	// The arguments and results of probe, which runs through Store.read.
 	probeGen  uint64
 	probeHash partition.Hash
@@ -45,6 +46,7 @@ type Reader struct {
 type runIter struct {
 	gen, id uint64
 	filter  *memFilter // the run's filter in memory, or nil
+	blocks  *runBlocks // the run's blocks read here, or nil (Pebble reads them)
 	it      *pebble.Iterator
 	lo      [runPrefixLen]byte
 	hi      [filterKeyPrefixLen]byte // the packs' bound: the filter follows
@@ -103,6 +105,7 @@ func (rd *Reader) refresh() error {
 			rd.spare = append(rd.spare, ri)
 		} else {
 			ri.filter.unref()
+			ri.blocks.unref()
 			if err := s.read(ri.it.Close); err != nil {
 				errs = append(errs, err)
 			}
@@ -123,6 +126,9 @@ func (rd *Reader) refresh() error {
 				if r.filter != nil && r.filter.acquire() {
 					ri.filter = r.filter
 				}
+				if r.blocks != nil && r.blocks.acquire() {
+					ri.blocks = r.blocks
+				}
 				putRunPrefix(ri.lo[:], r.gen, r.id)
 				putFilterPrefix(ri.hi[:], r.gen, r.id)
 				// The run's filter is in memory (runs carry none in
@@ -135,6 +141,7 @@ func (rd *Reader) refresh() error {
 				})
 				if err != nil {
 					ri.filter.unref()
+					ri.blocks.unref()
 					errs = append(errs, err)
 					continue
 				}
@@ -244,8 +251,17 @@ func (rd *Reader) probe() error {
 			continue
 		}
 		// The only pack of the run that can hold h is the first whose
-		// last hash is h or above: one seek, one binary search.
-		v, found, err := lookupPack(ri.it, rd.key[:], h)
+		// last hash is h or above: one block read and a seek in it
+		// (blocks.go), or one Pebble seek; then a binary search.
+		var v uint64
+		found, ok := false, false
+		var err error
+		if ri.blocks != nil {
+			v, found, ok, err = rd.s.lookupBlocks(&rd.br, ri.blocks, rd.key[:], h)
+		}
+		if !ok && err == nil {
+			v, found, err = lookupPack(ri.it, rd.key[:], h)
+		}
 		if err != nil {
 			return err
 		}
@@ -278,13 +294,14 @@ func (rd *Reader) Close() (err error) {
 	var errs []error
 	for _, ri := range rd.its {
 		ri.filter.unref()
+		ri.blocks.unref()
 		if err := s.read(ri.it.Close); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	its, spare := rd.its[:0], rd.spare[:0]
 	clear(rd.byGen)
-	*rd = Reader{its: its, spare: spare, byGen: rd.byGen}
+	*rd = Reader{its: its, spare: spare, byGen: rd.byGen, br: blockRead{buf: rd.br.buf}}
 	if err := errors.Join(errs...); err != nil {
 		return s.readErr(err, "statestore: close reader")
 	}

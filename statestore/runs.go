@@ -28,6 +28,7 @@ type run struct {
 	bytes   uint64
 	lo, hi  uint64
 	filter  *memFilter // nil: not in memory (not recorded in the registry)
+	blocks  *runBlocks // nil: read through Pebble (not recorded either)
 }
 
 // runSet is the registry of live runs. It is immutable once published:
@@ -77,6 +78,7 @@ func (rs *runSet) remove(gen uint64, ids []uint64) {
 	rs.gens[gen] = slices.DeleteFunc(rs.gens[gen], func(r run) bool {
 		if slices.Contains(ids, r.id) {
 			r.filter.drop()
+			r.blocks.drop()
 			return true
 		}
 		return false
@@ -93,6 +95,7 @@ func (rs *runSet) expire(floor uint64) {
 		if g < floor {
 			for _, r := range runs {
 				r.filter.drop()
+				r.blocks.drop()
 			}
 			delete(rs.gens, g)
 		}
@@ -105,6 +108,9 @@ func (s *Store) keepFilters(runs ...run) {
 	for _, r := range runs {
 		if r.filter != nil && r.filter.release == nil {
 			r.filter.release = s.cache.Reserve(len(r.filter.f))
+		}
+		if r.blocks != nil && r.blocks.release == nil {
+			r.blocks.release = s.cache.Reserve(r.blocks.mem)
 		}
 	}
 }
@@ -296,6 +302,7 @@ func (rw *runWriter) finish() (run, error) {
 			rw.r.bytes += uint64(fi.Size())
 		}
 	}
+	rw.r.blocks = rw.s.runBlocksOrNil(rw.r.gen, rw.r.id, rw.paths)
 	return rw.r, nil
 }
 

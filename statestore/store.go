@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable/colblk"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/partition"
 )
@@ -50,6 +51,10 @@ type Store struct {
 	cache *pebble.Cache // Pebble's block cache (the DB holds a reference)
 	po    *pebble.Options
 	opts  Options
+	// blockSchema and cmp decode run blocks read by Readers themselves
+	// (blocks.go).
+	blockSchema *colblk.KeySchema
+	cmp         *pebble.Comparer
 	dir   string
 	fatal *fatalState
 	// getRd serves Get and Lookup, refreshed per call under getMu; a call
@@ -177,6 +182,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		w:       w,
 	}
 	s.mg.w = mw
+	s.cmp, s.blockSchema = blockDecoding(po)
 	s.startReads()
 	// load runs on the worker: it reads the metadata, deletes orphaned runs
 	// with a synced batch and may hand the replayed logs to the flusher,
@@ -317,6 +323,9 @@ func (s *Store) load() (err error) {
 		}
 	}
 	if err := s.loadFilters(rs); err != nil {
+		return err
+	}
+	if err := s.loadBlocks(rs); err != nil {
 		return err
 	}
 	return s.recoverLogs()
@@ -768,6 +777,7 @@ func (s *Store) closeDB() error {
 		for _, runs := range rs.gens {
 			for _, r := range runs {
 				r.filter.drop()
+				r.blocks.drop()
 			}
 		}
 	}

@@ -1,0 +1,476 @@
+package statestore
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/sstable/block"
+	"github.com/cockroachdb/pebble/v2/sstable/colblk"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/dedupstream/dedupstream/partition"
+)
+
+// Run blocks: a confirming read of a run reads the one data block that can
+// hold its key from the run's sstable file itself, instead of seeking a
+// Pebble iterator. Pebble stays the durable substrate (runs are ingested
+// sstables, written, merged, excised and expired as before); only the
+// read of a block bypasses its iterator stack and its block cache.
+//
+// Why: through Pebble a confirming read cost 6 us of CPU at 1M keys and 18
+// us at 10M (BenchmarkLayout, confirm-cpu-ns), about 40 us at 100M in the
+// sweep. The block it needs is almost never cached at those sizes (the
+// cache is small by design), so each read allocated a block in C memory
+// (cgo calloc), inserted it into the cache and evicted another, after
+// walking the merging, level and two-level index iterators, whose index
+// blocks competed for the same cache. Here a read is one binary search
+// over fences in memory, one pread of a 4 KiB block into a buffer the
+// Reader keeps, its checksum and a seek in the decoded block.
+//
+// runBlocks holds, for each sstable file of a run, in key order, one fence
+// per data block (the top 32 bits of the hash named by the block's index
+// separator, which is >= every key of the block and < every key of the
+// next) and the block's offset: 8 bytes per block of about 240 keys, 0.033
+// bytes per key, reserved in the block cache like the run's filter. The
+// fences are read from the file's index blocks when the run is written
+// (before Pebble ingests it) or when the store opens (Store.loadBlocks).
+//
+// Files: runBlocks keeps its own open descriptor of every file. Pebble may
+// delete its link of a file (a merge's excise, expiry, compaction) while a
+// Reader still reads it: the open descriptor keeps the data, and a run's
+// keys never change while it is live. Like the filter it is held by the
+// registry until the run leaves it and by each Reader that captured the
+// run; the last holder closes the files.
+type runBlocks struct {
+	files   []blockFile
+	open    *openFiles // closed by the last holder, or by a cleanup if the run was never recorded
+	mem     int        // bytes of fences and offsets
+	refs    atomic.Int32
+	dropped atomic.Bool
+	release func() // of the reservation; nil once released
+}
+
+// blockFile is one sstable file of a run.
+type blockFile struct {
+	path   string
+	f      vfs.File
+	sum    block.ChecksumType
+	fences []uint32 // per data block: see runBlocks
+	offs   []uint32 // per data block its offset, then the end of the last one's trailer
+}
+
+// maxOwnBlock is the largest block (with its trailer) a Reader reads
+// itself; a larger one (a block holding a filter chunk) is read through
+// Pebble. Run data blocks are 4 KiB.
+const maxOwnBlock = 64 << 10
+
+// openRunBlocks opens the files of run (gen, id), in key order, and reads
+// their fences. An error leaves the run without blocks: it is then read
+// through Pebble, which is correct, only slower.
+func (s *Store) openRunBlocks(gen, id uint64, paths []string) (*runBlocks, error) {
+	rb := &runBlocks{open: &openFiles{}}
+	rb.refs.Store(1)
+	var prefix [runPrefixLen]byte
+	putRunPrefix(prefix[:], gen, id)
+	for _, p := range paths {
+		bf, err := s.readFences(p, prefix[:])
+		if err != nil {
+			rb.open.close()
+			return nil, fmt.Errorf("statestore: read the block index of %s: %w", p, err)
+		}
+		rb.files = append(rb.files, bf)
+		rb.open.files = append(rb.open.files, bf.f)
+		rb.mem += 4*len(bf.fences) + 4*len(bf.offs)
+	}
+	runtime.AddCleanup(rb, (*openFiles).close, rb.open)
+	return rb, nil
+}
+
+// runBlocksOrNil is openRunBlocks, nil (reads through Pebble) on an error,
+// which it logs.
+func (s *Store) runBlocksOrNil(gen, id uint64, paths []string) *runBlocks {
+	rb, err := s.openRunBlocks(gen, id, paths)
+	if err != nil {
+		s.opts.Logger.Warn("statestore: run read through Pebble", "generation", gen, "run", id, "err", err)
+		return nil
+	}
+	return rb
+}
+
+// openFiles are the descriptors of a run's files; close closes them once.
+type openFiles struct {
+	files  []vfs.File
+	closed atomic.Bool
+}
+
+func (o *openFiles) close() {
+	if o.closed.CompareAndSwap(false, true) {
+		for _, f := range o.files {
+			_ = f.Close()
+		}
+	}
+}
+
+// readFences opens path and reads one fence per data block from its index.
+func (s *Store) readFences(path string, prefix []byte) (bf blockFile, err error) {
+	fs := s.opts.FS
+	bf.path = path
+	if bf.f, err = fs.Open(path); err != nil {
+		return bf, err
+	}
+	defer func() {
+		if err != nil {
+			_ = bf.f.Close()
+		}
+	}()
+	// Pebble's reader panics on a table of another key schema than the
+	// one it is given (the schema reads decode blocks with).
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	fi, err := bf.f.Stat()
+	if err != nil {
+		return bf, err
+	}
+	if fi.Size() >= 1<<32 {
+		return bf, fmt.Errorf("%d bytes: offsets past 4 GiB", fi.Size())
+	}
+	// Pebble's reader, on a descriptor of its own (its Close closes it),
+	// for the table's layout and properties.
+	rf, err := fs.Open(path)
+	if err != nil {
+		return bf, err
+	}
+	readable, err := sstable.NewSimpleReadable(rf)
+	if err != nil {
+		_ = rf.Close()
+		return bf, err
+	}
+	r, err := sstable.NewReader(context.Background(), readable, sstable.ReaderOptions{
+		Comparer: s.cmp, KeySchemas: sstable.MakeKeySchemas(s.blockSchema),
+	})
+	if err != nil {
+		_ = readable.Close()
+		return bf, err
+	}
+	defer r.Close()
+	l, err := r.Layout()
+	if err != nil {
+		return bf, err
+	}
+	if !l.Format.BlockColumnar() {
+		return bf, fmt.Errorf("table format %s is not columnar", l.Format)
+	}
+	bf.sum = r.BlockReader().ChecksumType()
+	var buf []uint64
+	var it colblk.IndexIter
+	end := uint64(0)
+	for _, ih := range l.Index {
+		n := int(ih.Length) + block.TrailerLen
+		data := alignedBytes(&buf, n)
+		if _, err := bf.f.ReadAt(data, int64(ih.Offset)); err != nil {
+			return bf, err
+		}
+		if err := block.ValidateChecksum(bf.sum, data, ih); err != nil {
+			return bf, err
+		}
+		if data[ih.Length] != byte(block.NoCompressionIndicator) {
+			return bf, fmt.Errorf("compressed index block")
+		}
+		if err := it.Init(s.cmp, data[:ih.Length], block.NoTransforms); err != nil {
+			return bf, err
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			h, err := it.BlockHandleWithProperties()
+			if err != nil {
+				return bf, err
+			}
+			if h.Offset != end {
+				return bf, fmt.Errorf("data block at %d, the one before ends at %d", h.Offset, end)
+			}
+			bf.fences = append(bf.fences, sepFence(it.Separator(), prefix))
+			bf.offs = append(bf.offs, uint32(h.Offset))
+			end = h.Offset + h.Length + block.TrailerLen
+		}
+	}
+	bf.offs = append(bf.offs, uint32(end))
+	return bf, nil
+}
+
+// sepFence is the fence of a block whose index separator is sep: the top
+// 32 bits of the hash sep names within the run of prefix (missing bytes
+// are zero, which keeps the fence <= sep), or all ones when sep lies past
+// the run's packs.
+func sepFence(sep, prefix []byte) uint32 {
+	if len(sep) < len(prefix) || !bytes.Equal(sep[:len(prefix)], prefix) {
+		return ^uint32(0)
+	}
+	var b [4]byte
+	copy(b[:], sep[len(prefix):])
+	return binary.BigEndian.Uint32(b[:])
+}
+
+// alignedBytes returns n bytes of *buf, grown as needed, 8-byte aligned as
+// the columnar decoders require.
+func alignedBytes(buf *[]uint64, n int) []byte {
+	w := (n + 7) / 8
+	if cap(*buf) < w {
+		*buf = make([]uint64, w)
+	}
+	*buf = (*buf)[:w]
+	return unsafeBytes(*buf)[:n]
+}
+
+// acquire takes a Reader's hold of rb; false if its files are closed.
+func (rb *runBlocks) acquire() bool {
+	for {
+		r := rb.refs.Load()
+		if r <= 0 {
+			return false
+		}
+		if rb.refs.CompareAndSwap(r, r+1) {
+			return true
+		}
+	}
+}
+
+// unref drops one hold of rb (rb may be nil); the last closes its files.
+func (rb *runBlocks) unref() {
+	if rb != nil && rb.refs.Add(-1) == 0 {
+		rb.open.close()
+	}
+}
+
+// drop releases the reservation and the registry's hold (once; rb may be
+// nil).
+func (rb *runBlocks) drop() {
+	if rb == nil {
+		return
+	}
+	if rb.release != nil {
+		rb.release()
+		rb.release = nil
+	}
+	if rb.dropped.CompareAndSwap(false, true) {
+		rb.unref()
+	}
+}
+
+// blockRead is a Reader's state for reading blocks itself, reused across
+// reads so that they allocate nothing.
+type blockRead struct {
+	buf  []uint64 // the block, 8-byte aligned
+	dec  colblk.DataBlockDecoder
+	meta seekerMeta
+	fkey [filterKeyPrefixLen]byte
+}
+
+// seekerMeta is colblk.KeySeekerMetadata 8-byte aligned (the key seeker is
+// cast onto it).
+type seekerMeta struct {
+	_ [0]uint64
+	m colblk.KeySeekerMetadata
+}
+
+// The columns of a columnar data block after the key schema's: trailers,
+// prefix-changed, values, is-value-external, is-obsolete (Pebble's
+// colblk/data_block.go; TestBlockReadMatchesPebble reads every key of runs
+// both ways).
+const (
+	dataColValue    = 2
+	dataColExternal = 3
+)
+
+// lookupBlocks looks h (key is its run key) up in run blocks rb. ok is
+// false when the block cannot be read here (the caller then asks Pebble).
+// A block that fails its checksum makes the store fatal.
+func (s *Store) lookupBlocks(br *blockRead, rb *runBlocks, key []byte, h partition.Hash) (version uint64, found, ok bool, err error) {
+	x := uint32(h.Hi >> 32)
+	for fi := range rb.files {
+		bf := &rb.files[fi]
+		n := len(bf.fences)
+		if n == 0 || bf.fences[n-1] < x {
+			continue
+		}
+		// The first block whose fence is >= x: every block before it
+		// ends below h.
+		lo, hi := 0, n-1
+		for lo < hi {
+			m := int(uint(lo+hi) >> 1)
+			if bf.fences[m] < x {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		for ; fi < len(rb.files); fi, lo = fi+1, 0 {
+			bf = &rb.files[fi]
+			for ; lo < len(bf.fences); lo++ {
+				v, found, past, ok, err := s.seekBlock(br, bf, lo, key, h)
+				if !ok || err != nil || !past {
+					return v, found, ok, err
+				}
+				// h lies between the block's last key and its separator:
+				// the next block holds the pack that can hold it.
+			}
+		}
+		return 0, false, true, nil
+	}
+	return 0, false, true, nil
+}
+
+// seekBlock reads block i of bf and looks h up in it; past says every key
+// of the block is below key.
+func (s *Store) seekBlock(br *blockRead, bf *blockFile, i int, key []byte, h partition.Hash) (version uint64, found, past, ok bool, err error) {
+	off := bf.offs[i]
+	n := int(bf.offs[i+1] - off)
+	if n <= block.TrailerLen || n > maxOwnBlock {
+		return 0, false, false, false, nil
+	}
+	data := alignedBytes(&br.buf, n)
+	if _, err := bf.f.ReadAt(data, int64(off)); err != nil {
+		return 0, false, false, false, err
+	}
+	bh := block.Handle{Offset: uint64(off), Length: uint64(n - block.TrailerLen)}
+	if err := block.ValidateChecksum(bf.sum, data, bh); err != nil {
+		return 0, false, false, false, s.fatal.set(fmt.Errorf("data corruption in %s: %w", bf.path, err))
+	}
+	if data[bh.Length] != byte(block.NoCompressionIndicator) {
+		return 0, false, false, false, nil // compressed: Pebble decodes it
+	}
+	row, rows, frow, err := br.seek(s.blockSchema, data[:bh.Length], key)
+	if err != nil {
+		return 0, false, false, false, s.fatal.set(fmt.Errorf("data corruption in %s: block %d: %w", bf.path, off, err))
+	}
+	if row >= rows {
+		return 0, false, true, true, nil
+	}
+	if row >= frow {
+		return 0, false, false, true, nil // past the run's packs: its filter
+	}
+	bd := br.dec.BlockDecoder()
+	cols := len(s.blockSchema.ColumnTypes)
+	if bd.Bitmap(cols + dataColExternal).At(row) {
+		return 0, false, false, false, nil // a value elsewhere: Pebble reads it
+	}
+	p, err := decodePack(bd.RawBytes(cols + dataColValue).At(row))
+	if err != nil {
+		return 0, false, false, false, s.fatal.set(fmt.Errorf("data corruption in %s: block %d: %w", bf.path, off, err))
+	}
+	j, found := p.find(h)
+	if !found {
+		return 0, false, false, true, nil
+	}
+	return p.version(j), true, false, true, nil
+}
+
+// seek decodes data and returns the row of the first key >= key, the
+// block's rows and the row of the first key at or past the run's filter
+// chunks. A block that does not decode (its checksum held) is an error.
+func (br *blockRead) seek(schema *colblk.KeySchema, data []byte, key []byte) (row, rows, frow int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("decode data block: %v", r)
+		}
+	}()
+	br.dec.Init(schema, data)
+	schema.InitKeySeekerMetadata(&br.meta.m, &br.dec)
+	ks := schema.KeySeeker(&br.meta.m)
+	row, _ = ks.SeekGE(key, 0, 0)
+	copy(br.fkey[:runPrefixLen], key[:runPrefixLen])
+	for i := runPrefixLen; i < runPrefixLen+16; i++ {
+		br.fkey[i] = 0xff
+	}
+	br.fkey[runPrefixLen+16] = 'f'
+	frow, _ = ks.SeekGE(br.fkey[:], 0, 0)
+	return row, br.dec.BlockDecoder().Rows(), frow, nil
+}
+
+// blockDecoding returns the comparer and the key schema Pebble writes
+// data blocks with under po (Pebble's defaults where po names none).
+func blockDecoding(po *pebble.Options) (*pebble.Comparer, *colblk.KeySchema) {
+	cmp := po.Comparer
+	if cmp == nil {
+		cmp = pebble.DefaultComparer
+	}
+	if ks, ok := po.KeySchemas[po.KeySchema]; ok {
+		return cmp, ks
+	}
+	ks := colblk.DefaultKeySchema(cmp, 16)
+	return cmp, &ks
+}
+
+// unsafeBytes is the memory of ws as bytes.
+func unsafeBytes(ws []uint64) []byte {
+	if len(ws) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&ws[0])), len(ws)*8)
+}
+
+// loadBlocks opens the blocks of the runs of rs (a registry just read at
+// Open, not yet in use): each run's files are the tables Pebble lists in
+// its key range, but for a bulk load's filter table. A run whose tables
+// are not all plain local files of its own is read through Pebble.
+func (s *Store) loadBlocks(rs *runSet) error {
+	levels, err := s.db.SSTables()
+	if err != nil {
+		return fmt.Errorf("statestore: list the tables: %w", err)
+	}
+	type table struct {
+		smallest []byte
+		path     string
+	}
+	type runKey struct{ gen, id uint64 }
+	files := map[runKey][]table{}
+	mixed := map[runKey]bool{}
+	fs := s.opts.FS
+	for _, tables := range levels {
+		for _, t := range tables {
+			gen, id, ok := parseRunOf(t.Smallest.UserKey)
+			if !ok {
+				continue
+			}
+			k := runKey{gen, id}
+			lg, lid, lok := parseRunOf(t.Largest.UserKey)
+			if t.Virtual || t.BackingType != pebble.BackingTypeLocal || !lok || lg != gen || lid != id {
+				mixed[k] = true
+				continue
+			}
+			if len(t.Smallest.UserKey) == filterKeyLen {
+				continue // a table of filter chunks only
+			}
+			files[k] = append(files[k], table{
+				smallest: t.Smallest.UserKey,
+				path:     fs.PathJoin(s.dir, "db", fmt.Sprintf("%s.sst", t.BackingSSTNum)),
+			})
+		}
+	}
+	for _, runs := range rs.gens {
+		for i := range runs {
+			k := runKey{runs[i].gen, runs[i].id}
+			ts := files[k]
+			if mixed[k] || len(ts) == 0 {
+				continue
+			}
+			slices.SortFunc(ts, func(a, b table) int { return bytes.Compare(a.smallest, b.smallest) })
+			paths := make([]string, len(ts))
+			for j, t := range ts {
+				paths[j] = t.path
+			}
+			runs[i].blocks = s.runBlocksOrNil(k.gen, k.id, paths)
+			s.keepFilters(runs[i])
+		}
+	}
+	return nil
+}
