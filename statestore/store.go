@@ -55,8 +55,8 @@ type Store struct {
 	// (blocks.go).
 	blockSchema *colblk.KeySchema
 	cmp         *pebble.Comparer
-	dir   string
-	fatal *fatalState
+	dir         string
+	fatal       *fatalState
 	// getRd serves Get and Lookup, refreshed per call under getMu; a call
 	// that finds it busy opens a Reader of its own.
 	getMu   sync.Mutex

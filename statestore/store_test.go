@@ -440,6 +440,13 @@ func TestReadAllocs(t *testing.T) {
 			commit(0, 10000)
 			commit(10000, 20000)
 			writeRuns(t, s) // serve most reads from runs
+			for g, gr := range s.runs.Load().gens {
+				for _, r := range gr {
+					if r.blocks == nil {
+						t.Fatalf("run %d of generation %d is read through Pebble, not its blocks", r.id, g)
+					}
+				}
+			}
 			commit(20000, 21000)
 			var j uint64
 			gens := []uint64{3, 2, 1}
