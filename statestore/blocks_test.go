@@ -2,10 +2,13 @@ package statestore
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/dedupstream/dedupstream/partition"
 )
 
 // The keys TestBlockReadMatchesPebble commits (blockTestKeys, in
@@ -50,21 +53,32 @@ func TestBlockReadMatchesPebble(t *testing.T) {
 			if err := s.settle(); err != nil {
 				t.Fatal(err)
 			}
-			checkBlockReads(t, s, vm, false)
+			checkBlockReads(t, s, vm, fencesAsRead)
 			mustClose(t, s)
 			s = mustOpen(t, "db", opts)
 			defer mustClose(t, s)
-			checkBlockReads(t, s, vm, false)
-			// Fences one block early (each block given the next one's):
-			// a read that lands before its block moves on to it.
-			checkBlockReads(t, s, vm, true)
+			checkBlockReads(t, s, vm, fencesAsRead)
+			checkBlockReads(t, s, vm, fencesEarly)
+			checkBlockReads(t, s, vm, fencesTight)
 		})
 	}
 }
 
+// Fences checkBlockReads gives the runs.
+const (
+	fencesAsRead = iota // from the index separators, as the store reads them
+	// fencesEarly gives each block the next one's fence: a read that lands
+	// a block early moves on to the next.
+	fencesEarly
+	// fencesTight gives each block the top bits of its last key's hash,
+	// the least fence it may have: a read of a key with the same top bits
+	// must not skip the block.
+	fencesTight
+)
+
 // checkBlockReads reads every key of the store's runs, and as many absent
 // ones, through each run's blocks and through Pebble, and compares.
-func checkBlockReads(t *testing.T, s *Store, vm, early bool) {
+func checkBlockReads(t *testing.T, s *Store, vm bool, fences int) {
 	t.Helper()
 	rs := s.runs.Load()
 	var br blockRead
@@ -77,13 +91,15 @@ func checkBlockReads(t *testing.T, s *Store, vm, early bool) {
 				t.Fatalf("run %d of generation %d has no blocks", r.id, g)
 			}
 			rb := r.blocks
-			if early {
+			switch fences {
+			case fencesEarly:
 				rb = &runBlocks{open: rb.open}
 				for _, bf := range r.blocks.files {
-					fences := append(bf.fences[1:len(bf.fences):len(bf.fences)], bf.fences[len(bf.fences)-1])
-					bf.fences = fences
+					bf.fences = append(bf.fences[1:len(bf.fences):len(bf.fences)], bf.fences[len(bf.fences)-1])
 					rb.files = append(rb.files, bf)
 				}
+			case fencesTight:
+				rb = tightFences(t, s, r)
 			}
 			it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: runStart(g, r.id), UpperBound: filterStart(g, r.id)})
 			if err != nil {
@@ -161,4 +177,48 @@ func TestBlockReadChecksum(t *testing.T) {
 	})
 	checkFatalCall(t, s, "Lookup", err, "checksum mismatch")
 	fs.armed.Store(false)
+}
+
+// tightFences returns r's blocks with each block's fence the top 32 bits of its
+// last pack's last hash (blocks without packs keep theirs).
+func tightFences(t *testing.T, s *Store, r run) *runBlocks {
+	t.Helper()
+	rb := r.blocks
+	out := &runBlocks{open: rb.open}
+	var br blockRead
+	var key [bucketKeyLen]byte
+	putRunKey(key[:], r.gen, r.id, partition.Hash{})
+	tight := 0
+	for _, bf := range rb.files {
+		bf.fences = slices.Clone(bf.fences)
+		for i := range bf.fences {
+			off, n := bf.offs[i], int(bf.offs[i+1]-bf.offs[i])
+			if n > maxOwnBlock {
+				continue
+			}
+			data := alignedBytes(&br.buf, n)
+			if _, err := bf.f.ReadAt(data, int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			_, _, frow, err := br.seek(s.blockSchema, data[:n-5], key[:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if frow == 0 {
+				continue
+			}
+			cols := len(s.blockSchema.ColumnTypes)
+			p, err := decodePack(br.dec.BlockDecoder().RawBytes(cols + dataColValue).At(frow - 1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			bf.fences[i] = uint32(p.hash(p.n-1).Hi >> 32)
+			tight++
+		}
+		out.files = append(out.files, bf)
+	}
+	if tight == 0 {
+		t.Fatal("no block holds a pack")
+	}
+	return out
 }
