@@ -344,7 +344,9 @@ const runIndexRatio = 160
 // Pebble filter block (layout 3): a run whose filter is in memory needs
 // only its index blocks from the cache (the kept filter is reserved on its
 // own, keepFilters), and so does one whose filter could not be read at
-// Open (it is probed by seeking it). Until session 8 such a run was
+// Open (it is probed by seeking it). A run read from its own blocks
+// (blocks.go) needs no index block from the cache: its fences (about 0.03
+// bytes per key) are kept and reserved like its filter. Until session 8 such a run was
 // counted with the filter block layout 2 had, and the kept filters were
 // counted in need as well until session 7 (room for them twice: 1.9 bytes
 // per key of room for blocks at 100M keys where 0.6 were needed).
@@ -354,7 +356,13 @@ func (rs *runSet) blockNeed() (need, data, kept int64) {
 	}
 	for _, runs := range rs.gens {
 		for _, r := range runs {
-			need += int64(r.bytes / runIndexRatio)
+			if r.blocks == nil {
+				need += int64(r.bytes / runIndexRatio)
+			} else {
+				// Read from its blocks (blocks.go), which holds its
+				// fences itself: its index blocks are not read.
+				kept += int64(r.blocks.mem)
+			}
 			data += int64(r.bytes)
 			if r.filter != nil {
 				kept += int64(len(r.filter.f))

@@ -326,13 +326,28 @@ func TestRunIndexEstimate(t *testing.T) {
 			data += int64(ti.Size)
 		}
 	}
-	need, runBytes, _ := s.runs.Load().blockNeed()
+	// The runs as read through Pebble (without their blocks).
+	rs := s.runs.Load()
+	viaPebble := rs.clone()
+	for _, runs := range viaPebble.gens {
+		for i := range runs {
+			runs[i].blocks = nil
+		}
+	}
+	need, runBytes, filters := viaPebble.blockNeed()
 	if runBytes != data || data < 8<<20 {
 		t.Fatalf("runs of %d bytes, tables of %d: the test reads other tables (or too few)", runBytes, data)
 	}
 	if need < index || need > index*3/2 {
 		t.Fatalf("blockNeed counts %d bytes of index blocks for runs whose tables hold %d", need, index)
 	}
+	// Read from their blocks, the runs need no index block from the
+	// cache, and their fences are kept: a fraction of the index blocks.
+	need, _, kept := rs.blockNeed()
+	if fences := kept - filters; need != 0 || fences <= 0 || fences > index/2 {
+		t.Fatalf("runs read from their blocks: blockNeed counts %d bytes of index blocks and %d of fences, index blocks %d", need, fences, index)
+	}
+	t.Logf("index blocks %d bytes, fences %d bytes, %d bytes of runs", index, kept-filters, data)
 }
 
 // TestBlockNeedWithoutFilter: a run whose filter is not in memory needs its

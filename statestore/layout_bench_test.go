@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,6 +75,9 @@ func BenchmarkLayout(b *testing.B) {
 		}},
 	}
 	variants = pickNamed(os.Getenv("LAYOUT_VARIANTS"), variants, func(i int) string { return variants[i].name })
+	if os.Getenv("LAYOUT_READAHEAD") != "" {
+		adviseRandomReads = false // run files read with the kernel's read-ahead
+	}
 	for _, n := range sizes {
 		for _, vr := range variants {
 			b.Run(fmt.Sprintf("keys=%s/%s", countName(n), vr.name), func(b *testing.B) {
@@ -172,6 +176,9 @@ func layoutFill(b *testing.B, ls layoutStore, n int) {
 	// Each pass reads its own keys (offset), so that no pass finds the
 	// blocks an earlier one read in the block cache.
 	probe := func(absent bool, offset uint64) time.Duration {
+		if rl, ok := ls.(*runsLayout); ok && os.Getenv("LAYOUT_COLD") != "" {
+			evictRuns(b, rl.s)
+		}
 		start := cpuTime()
 		for i := 0; i < reads; i++ {
 			if i%perReader == 0 {
@@ -204,6 +211,28 @@ func layoutFill(b *testing.B, ls layoutStore, n int) {
 	}
 	b.ReportMetric(float64(probe(false, 0).Nanoseconds()), "confirm-cpu-ns")
 	b.ReportMetric(float64(probe(true, 0).Nanoseconds()), "miss-cpu-ns")
+}
+
+// evictRuns drops the cached pages of s's sstables (LAYOUT_COLD=1), so
+// that the reads after it find their blocks on disk as the reads of a
+// store larger than the page cache do.
+func evictRuns(b *testing.B, s *Store) {
+	dir := s.opts.FS.PathJoin(s.dir, "db")
+	names, err := s.opts.FS.List(dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range names {
+		if !strings.HasSuffix(n, ".sst") {
+			continue
+		}
+		f, err := s.opts.FS.Open(s.opts.FS.PathJoin(dir, n))
+		if err != nil {
+			continue // removed since the listing
+		}
+		fadvise(f, fadvDontNeed)
+		_ = f.Close()
+	}
 }
 
 func openRunsLayout(b *testing.B, o Options) *runsLayout {
