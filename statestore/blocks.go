@@ -67,11 +67,6 @@ type blockFile struct {
 	offs   []uint32 // per data block its offset, then the end of the last one's trailer
 }
 
-// adviseRandomReads: the descriptors of run files are advised for random
-// reads (no read-ahead): a read wants one 4 KiB block, and a page-cache
-// miss otherwise read ahead of it (benchmarks switch it off to compare).
-var adviseRandomReads = true
-
 // maxOwnBlock is the largest block (with its trailer) a Reader reads
 // itself; a larger one (a block holding a filter chunk) is read through
 // Pebble. Run data blocks are 4 KiB.
@@ -149,9 +144,6 @@ func (s *Store) readFences(path string, prefix []byte) (bf blockFile, err error)
 	}
 	if fi.Size() >= 1<<32 {
 		return bf, fmt.Errorf("%d bytes: offsets past 4 GiB", fi.Size())
-	}
-	if adviseRandomReads {
-		fadvise(bf.f, fadvRandom)
 	}
 	// Pebble's reader, on a descriptor of its own (its Close closes it),
 	// for the table's layout and properties.

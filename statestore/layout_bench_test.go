@@ -75,9 +75,6 @@ func BenchmarkLayout(b *testing.B) {
 		}},
 	}
 	variants = pickNamed(os.Getenv("LAYOUT_VARIANTS"), variants, func(i int) string { return variants[i].name })
-	if os.Getenv("LAYOUT_READAHEAD") != "" {
-		adviseRandomReads = false // run files read with the kernel's read-ahead
-	}
 	for _, n := range sizes {
 		for _, vr := range variants {
 			b.Run(fmt.Sprintf("keys=%s/%s", countName(n), vr.name), func(b *testing.B) {
