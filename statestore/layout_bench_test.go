@@ -167,6 +167,7 @@ func layoutFill(b *testing.B, ls layoutStore, n int) {
 	b.ReportMetric(float64(lastC.Nanoseconds())/1e3/float64(n/10), "last-cpu-us/key")
 	if rl, ok := ls.(*runsLayout); ok {
 		b.ReportMetric(runDiskBytes(rl.s, n), "disk-B/key")
+		reopenBlocks(b, rl.s, n)
 	}
 
 	const reads, perReader = 20_000, 2000
@@ -208,6 +209,35 @@ func layoutFill(b *testing.B, ls layoutStore, n int) {
 	}
 	b.ReportMetric(float64(probe(false, 0).Nanoseconds()), "confirm-cpu-ns")
 	b.ReportMetric(float64(probe(true, 0).Nanoseconds()), "miss-cpu-ns")
+}
+
+// reopenBlocks reports what Open spends reading the fences of every run
+// (open-blocks-cpu-ms: index blocks read and decoded, files opened) and
+// what the fences hold (fences-B/key).
+func reopenBlocks(b *testing.B, s *Store, n int) {
+	rs := s.runs.Load().clone()
+	for _, runs := range rs.gens {
+		for i := range runs {
+			runs[i].blocks = nil
+		}
+	}
+	start := cpuTime()
+	if err := s.loadBlocks(rs); err != nil {
+		b.Fatal(err)
+	}
+	el := cpuTime() - start
+	mem := 0
+	for _, runs := range rs.gens {
+		for _, r := range runs {
+			if r.blocks == nil {
+				b.Fatalf("run %d of generation %d: no blocks", r.id, r.gen)
+			}
+			mem += r.blocks.mem
+			r.blocks.drop()
+		}
+	}
+	b.ReportMetric(float64(el.Microseconds())/1e3, "open-blocks-cpu-ms")
+	b.ReportMetric(float64(mem)/float64(n), "fences-B/key")
 }
 
 // evictRuns drops the cached pages of s's sstables (LAYOUT_COLD=1), so
