@@ -90,8 +90,29 @@ func (s *Store) openRunBlocks(gen, id uint64, paths []string) (*runBlocks, error
 		rb.open.files = append(rb.open.files, bf.f)
 		rb.mem += 4*len(bf.fences) + 4*len(bf.offs)
 	}
+	rb.moveOffHeap()
 	runtime.AddCleanup(rb, (*openFiles).close, rb.open)
 	return rb, nil
+}
+
+// moveOffHeap moves the fences and offsets of rb, if they are
+// memFilterMapMin bytes or more (smaller ones cost a mapping each for
+// little memory), into one region off the Go heap (memalloc.go), counted
+// as MemRunFences and unmapped with the files' descriptors.
+func (rb *runBlocks) moveOffHeap() {
+	if rb.mem < memFilterMapMin {
+		return
+	}
+	r := allocRegion(rb.mem, MemRunFences)
+	rb.open.region = r
+	words := unsafe.Slice((*uint32)(unsafe.Pointer(unsafe.SliceData(r))), rb.mem/4)
+	for i := range rb.files {
+		bf := &rb.files[i]
+		n := copy(words, bf.fences)
+		bf.fences, words = words[:n:n], words[n:]
+		n = copy(words, bf.offs)
+		bf.offs, words = words[:n:n], words[n:]
+	}
 }
 
 // runBlocksOrNil is openRunBlocks, nil (reads through Pebble) on an error,
@@ -105,9 +126,11 @@ func (s *Store) runBlocksOrNil(gen, id uint64, paths []string) *runBlocks {
 	return rb
 }
 
-// openFiles are the descriptors of a run's files; close closes them once.
+// openFiles are the descriptors of a run's files and the region holding
+// its fences, if off the heap; close closes and unmaps them once.
 type openFiles struct {
 	files  []vfs.File
+	region []byte
 	closed atomic.Bool
 }
 
@@ -116,6 +139,7 @@ func (o *openFiles) close() {
 		for _, f := range o.files {
 			_ = f.Close()
 		}
+		freeRegion(o.region)
 	}
 }
 

@@ -72,6 +72,7 @@ const (
 	MemIndexEntries MemKind = "index entries" // the indexes' entry chunks
 	MemSortBuffers  MemKind = "sort buffers"  // the flusher's references
 	MemRunFilters   MemKind = "run filters"   // the run filters kept in memory
+	MemRunFences    MemKind = "run fences"    // the runs' block fences (blocks.go)
 )
 
 // regions is every off-heap region of the process that is mapped now, so

@@ -34,7 +34,7 @@ func allocRegion(n int, kind MemKind) []byte {
 	if n == 0 {
 		return nil
 	}
-	huge := hugeRegions && n >= hugePageBytes && kind != MemRunFilters
+	huge := hugeRegions && n >= hugePageBytes && kind != MemRunFilters && kind != MemRunFences
 	size := n
 	if huge {
 		size += hugePageBytes // room to start at a boundary; the slack is never touched
