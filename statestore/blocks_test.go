@@ -222,3 +222,40 @@ func tightFences(t *testing.T, s *Store, r run) *runBlocks {
 	}
 	return out
 }
+
+// TestBlockReadSplitLoad: a bulk load large enough to be written as two
+// sstables (one per hash half) is read from both files' blocks.
+func TestBlockReadSplitLoad(t *testing.T) {
+	opts := testOptions(vfs.NewMem())
+	opts.MemTableSize = 8 << 20
+	s := mustOpen(t, "db", opts)
+	defer mustClose(t, s)
+	hs := make([]partition.Hash, loadSplitKeys+4000)
+	for j := range hs {
+		hs[j] = keyOf(3, uint64(j))
+	}
+	if _, err := s.LoadHashes(1, hs, nil, State{Generation: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	runs := s.runs.Load().of(1)
+	if len(runs) != 1 || runs[0].blocks == nil || len(runs[0].blocks.files) != 2 {
+		t.Fatalf("runs %+v: want one run in two files, read from its blocks", runs)
+	}
+	var br blockRead
+	var key [bucketKeyLen]byte
+	for j, h := range hs {
+		putRunKey(key[:], 1, runs[0].id, h)
+		_, found, ok, err := s.lookupBlocks(&br, runs[0].blocks, key[:], h)
+		if err != nil || !ok || !found {
+			t.Fatalf("key %d: found %t, read here %t, err %v", j, found, ok, err)
+		}
+		h2 := keyOf(98, uint64(j))
+		putRunKey(key[:], 1, runs[0].id, h2)
+		if _, found, _, err := s.lookupBlocks(&br, runs[0].blocks, key[:], h2); err != nil || found {
+			t.Fatalf("absent key %d: found %t, err %v", j, found, err)
+		}
+	}
+}
