@@ -86,9 +86,10 @@
 // # Memory
 //
 // A bitset of 2 MiB or more is, on Linux, an anonymous mapping of its own,
-// aligned to 2 MiB and advised MADV_HUGEPAGE, so the kernel backs it with
-// transparent huge pages when its setting is "madvise" (the Go heap is not
-// advised). On a large window every probe is also a TLB miss with 4 KiB
+// aligned to 2 MiB and advised MADV_HUGEPAGE up to its last whole huge
+// page, so the kernel backs it with transparent huge pages when its setting
+// is "madvise" (the Go heap is not advised); the partial tail stays on
+// ordinary pages, which keep only what it uses resident. On a large window every probe is also a TLB miss with 4 KiB
 // pages (165 MB of bitsets at 100M keys, against the 8 MiB the TLB covers);
 // with 2 MiB pages the whole front fits the TLB. Measured on a 100M-key
 // window (BenchmarkFront100M, CPU per key, medians of 3 interleaved rounds):

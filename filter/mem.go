@@ -9,6 +9,10 @@ import (
 // that have them (2 MiB on amd64 and arm64 Linux).
 const hugePageSize = 2 << 20
 
+// hugeSpan is how many of a bitset's n bytes, from its start at a
+// huge-page boundary, are advised to huge pages: its whole huge pages.
+func hugeSpan(n int) int { return n &^ (hugePageSize - 1) }
+
 // mapBitsets selects where bitsets of hugePageSize bytes or more live: in
 // their own anonymous mappings backed by transparent huge pages (true, the
 // default on Linux), or in the Go heap. Benchmarks switch it to compare

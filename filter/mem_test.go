@@ -204,3 +204,43 @@ func slicesEqualWords(a, b []uint64) bool {
 	}
 	return true
 }
+
+// TestBitsetTailOnOrdinaryPages proves that only a bitset's whole huge
+// pages are advised: the bytes past its last huge-page boundary lie in a
+// mapping the kernel backs with ordinary pages (not THPeligible), so once
+// written they are resident as far as the bitset reaches, not as a whole
+// 2 MiB page.
+func TestBitsetTailOnOrdinaryPages(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("huge pages are mapped on Linux only")
+	}
+	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err != nil || bytes.Contains(b, []byte("[never]")) {
+		t.Skipf("transparent huge pages are off: %q %v", b, err)
+	}
+	f := mustNew(t, memCfg, 0)
+	w := f.slots[0].words
+	n := len(w) * 8
+	h := hugeSpan(n)
+	if h == 0 || h == n {
+		t.Fatalf("bitset of %d bytes: want one with whole huge pages and a tail (span %d)", n, h)
+	}
+	for j := 0; j < len(w); j += 512 {
+		w[j] = 1
+	}
+	w[len(w)-1] = 1
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(w)))
+	if vma := vmaOf(t, base); vma["THPeligible"] != "1" {
+		t.Errorf("whole huge pages of the bitset: THPeligible %q, want 1", vma["THPeligible"])
+	}
+	tail := vmaOf(t, base+uintptr(h))
+	if tail["THPeligible"] != "0" {
+		t.Errorf("tail of %d bytes past the last huge page: THPeligible %q, want 0", n-h, tail["THPeligible"])
+	}
+	var rss, huge int
+	fmt.Sscanf(tail["Rss"], "%d kB", &rss)
+	fmt.Sscanf(tail["AnonHugePages"], "%d kB", &huge)
+	if limit := (n - h + 4095) / 4096 * 4; rss > limit || huge != 0 {
+		t.Errorf("tail of %d bytes written: Rss %d kB (at most %d), AnonHugePages %d kB (want 0)", n-h, rss, limit, huge)
+	}
+	runtime.KeepAlive(f)
+}
