@@ -4,8 +4,10 @@ package statestore
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -69,5 +71,47 @@ func TestTrimReturnsFreedCMemory(t *testing.T) {
 	trimCHeap()
 	if lastTrim.Load() != last {
 		t.Fatal("trimCHeap ran twice within a second")
+	}
+}
+
+// TestCArenasCapped proves the constructor capped glibc's arenas before
+// anything allocated: C allocations on many threads at once (Pebble's
+// block cache allocates on whichever thread reads) make at most cArenaMax
+// arenas, where glibc's default makes one per thread up to 8 per core. A
+// test run whose environment tunes glibc's malloc itself is skipped.
+func TestCArenasCapped(t *testing.T) {
+	if strings.Contains(os.Getenv("GLIBC_TUNABLES"), "glibc.malloc.") || os.Getenv("MALLOC_ARENA_MAX") != "" || os.Getenv("MALLOC_MMAP_THRESHOLD_") != "" {
+		t.Skip("the environment tunes glibc's malloc: the store leaves it alone")
+	}
+	if a, m := CMallocSettings(); a != cArenaMax || m != cMmapThreshold {
+		t.Fatalf("malloc settings at start-up: arena max %d, mmap threshold %d; want %d, %d", a, m, cArenaMax, cMmapThreshold)
+	}
+	const threads = 8
+	var start, done sync.WaitGroup
+	start.Add(threads)
+	done.Add(threads)
+	release := make(chan struct{})
+	for range threads {
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread() // a thread of its own, kept until the goroutine ends
+			defer runtime.UnlockOSThread()
+			start.Done()
+			<-release
+			for range 1000 {
+				cAllocFree(4 << 10)
+			}
+		}()
+	}
+	start.Wait()
+	close(release)
+	done.Wait()
+	n, ok := CArenas()
+	if !ok {
+		t.Fatal("malloc_info gave no arenas")
+	}
+	t.Logf("%d arenas after C allocations on %d threads", n, threads)
+	if n > cArenaMax {
+		t.Fatalf("%d arenas after C allocations on %d threads: want at most %d (M_ARENA_MAX)", n, threads, cArenaMax)
 	}
 }

@@ -8,3 +8,9 @@ func trimCHeap() {}
 
 // CHeap is unknown without glibc's mallinfo2.
 func CHeap() (inUse, free uint64, ok bool) { return 0, 0, false }
+
+// CMallocSettings is 0, 0: the store tunes glibc's malloc only.
+func CMallocSettings() (arenaMax, mmapThreshold int) { return 0, 0 }
+
+// CArenas is unknown without glibc.
+func CArenas() (n int, ok bool) { return 0, false }

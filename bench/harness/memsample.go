@@ -70,6 +70,7 @@ type breakdown struct {
 	hugePages                 uint64 // AnonHugePages
 	cInUse, cFree             uint64 // mallinfo2
 	cKnown                    bool
+	cArenas                   int // glibc's arenas (0: unknown)
 }
 
 // breakdownNow reads the breakdown; samples are metrics.Read's buffer of
@@ -85,6 +86,7 @@ func breakdownNow() breakdown {
 	b.offHeap = statestore.OffHeap()
 	b.hugePages = procField("/proc/self/smaps_rollup", "AnonHugePages:")
 	b.cInUse, b.cFree, b.cKnown = statestore.CHeap()
+	b.cArenas, _ = statestore.CArenas()
 	return b
 }
 
@@ -103,6 +105,9 @@ func (b breakdown) String() string {
 	}
 	if b.cKnown {
 		out += fmt.Sprintf("; C allocator in use %s, free in its arenas %s", mib(b.cInUse), mib(b.cFree))
+		if b.cArenas > 0 {
+			out += fmt.Sprintf(" (%d arenas)", b.cArenas)
+		}
 	}
 	return out
 }
