@@ -11,12 +11,8 @@ import (
 )
 
 // DefaultGCPercent is the Go garbage collector's target of a running job
-// (GOGC) unless the environment sets GOGC: the heap may grow to 1.25x what
-// is live after a collection instead of 2x. It was 50 until session 9: at
-// 100M keys in one stage 25 kept the Go runtime at 36-40 MiB instead of
-// 48-52 (RSS peak 10 MiB lower, 0.1 bytes per key) for the collector's
-// share of the CPU at 0.5 % instead of 0.2 % (docs/benchmarks.md, "Memory
-// at 100M, session 9"). The large arrays (Bloom
+// (GOGC) unless the environment sets GOGC: the heap may grow to 1.5x what
+// is live after a collection instead of 2x. The large arrays (Bloom
 // sub-filters of 2 MiB or more, the indexes of recent keys and their sort
 // buffers, and since session 7 the run filters the stores keep in memory,
 // 1.25 bytes per key) live in mappings outside the Go heap, which the
@@ -27,7 +23,7 @@ import (
 // little CPU (measured when the heap still held the fronts and indexes, at
 // 30M keys in one stage: RSS 831 MiB at GOGC=25 against 1140 MiB at 100,
 // docs/benchmarks.md "Memory").
-const DefaultGCPercent = 25
+const DefaultGCPercent = 50
 
 // TuneGC sets the process's GC target to DefaultGCPercent unless GOGC is
 // set in the environment, and returns the previous target (to restore it
