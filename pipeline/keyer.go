@@ -52,12 +52,17 @@ func (k *Keyer) Key(r *Record) (key []byte, version uint64, reason string) {
 // identity extracts key and version without the size check: records read
 // back from the output were keyed once already.
 func (k *Keyer) identity(r *Record) ([]byte, uint64, error) {
+	return k.identityOf(&r.Record)
+}
+
+// identityOf is identity of the fields of a record.
+func (k *Keyer) identityOf(r *partition.Record) ([]byte, uint64, error) {
 	var key []byte
 	var err error
 	if k.trusted {
-		key, err = k.ext.ExtractTrusted(k.buf[:0], &r.Record)
+		key, err = k.ext.ExtractTrusted(k.buf[:0], r)
 	} else {
-		key, err = k.ext.Extract(k.buf[:0], &r.Record)
+		key, err = k.ext.Extract(k.buf[:0], r)
 	}
 	if err != nil {
 		return nil, 0, err
@@ -66,7 +71,7 @@ func (k *Keyer) identity(r *Record) ([]byte, uint64, error) {
 	if k.cfg.Mode != ModeVersion {
 		return key, 0, nil
 	}
-	version, err := partition.ExtractUint(&r.Record, k.cfg.Version)
+	version, err := partition.ExtractUint(r, k.cfg.Version)
 	if err != nil {
 		return nil, 0, err
 	}

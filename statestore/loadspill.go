@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"runtime/pprof"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -119,14 +120,22 @@ func (s *Store) spillRecLen() int {
 // postLoad queues a load job on the worker: a spill, or (final) the merge
 // of the spills and job.loaded into runs, followed by the tier merges a
 // flush runs. It reports false once the store is fatal.
+//
+// The work runs under the profiler label piece=load-spill or
+// piece=load-write, so that a CPU profile of a restore shows what each
+// piece costs (go tool pprof -tags; job.restoreOutput labels the rest).
 func (s *Store) postLoad(job *flushJob, final bool) bool {
 	return s.w.post(func() {
 		if !final {
-			job.err = s.runJob(func() error { return s.spillLoad(job.loaded) })
+			pprof.Do(context.Background(), pprof.Labels("piece", "load-spill"), func(context.Context) {
+				job.err = s.runJob(func() error { return s.spillLoad(job.loaded) })
+			})
 			close(job.done)
 			return
 		}
-		job.err = s.runJob(func() error { return s.writeLoad(job) })
+		pprof.Do(context.Background(), pprof.Labels("piece", "load-write"), func(context.Context) {
+			job.err = s.runJob(func() error { return s.writeLoad(job) })
+		})
 		close(job.done)
 		if job.err != nil {
 			return
