@@ -2,10 +2,12 @@ package job
 
 import (
 	"context"
+	"runtime/pprof"
 	"time"
 
 	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/internal/testhook"
+	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 )
 
@@ -40,6 +42,12 @@ type keyedBatch struct {
 // keyed. When the output is read, the store writes what it still holds
 // in memory (Stage.EndRestore), so the restore ends with every key in the
 // store. BenchmarkRestore measures it.
+//
+// Each goroutine runs under a profiler label, piece=fetch, key,
+// key-helper, stage (the caller, EndRestore included), and the store's
+// load-spill and load-write (statestore), so that a CPU profile tells
+// what each piece costs and which goroutine bounds the restore
+// (go tool pprof -tags; docs/benchmarks.md, "Restore, session 9").
 func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int64) (int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -49,11 +57,10 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 	}
 	full := make(chan *keyedBatch, restoreAhead)
 	readErr := make(chan error, 1)
-	keyer := newSplitKeyer(r.stage)
-	go func() {
+	go pprof.Do(ctx, pprof.Labels("piece", "key"), func(ctx context.Context) {
 		defer close(full)
+		keyer := newSplitKeyer(ctx, r.stage)
 		defer keyer.close() // its only user is this goroutine
-		var recs []pipeline.Record
 		readErr <- r.out.ReadRangeAhead(ctx, from, fetch.ToLastStable, restoreFetchAhead, func(b *fetch.Batch) error {
 			var kb *keyedBatch
 			select {
@@ -61,8 +68,7 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			recs = convert(recs, b)
-			keyer.key(recs, &kb.keys)
+			keyer.keyBatch(b, &kb.keys)
 			kb.next, kb.n = b.NextOffset, len(b.Records)
 			select {
 			case full <- kb:
@@ -71,11 +77,13 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 				return ctx.Err()
 			}
 		})
-	}()
+	})
 	var (
 		restored, unkeyed int
 		applyErr          error
 	)
+	defer pprof.SetGoroutineLabels(ctx)
+	pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("piece", "stage")))
 	// Drained to the end, even after an error: the reader then stops at
 	// its next batch and closes full.
 	for kb := range full {
@@ -131,24 +139,48 @@ const splitKeyMin = 256
 // splitKeyer keys a batch of output records on two goroutines, the
 // caller's and a helper's, half each: keying on the reading goroutine alone
 // bound the read side of a restore (0.37 us per key of 10M against the
-// 0.22 us of the read alone).
+// 0.22 us of the read alone). Each half keys the fetched records in place
+// (keyBatch): with the conversion of the whole batch on the caller's
+// goroutine, the caller did 1.2 s of a 10M restore's keying against the
+// helper's 0.6 s (profile labels key and key-helper, BenchmarkRestore).
 type splitKeyer struct {
 	own, other *pipeline.RestoreKeyer
 	work       chan splitWork
 	done       chan struct{}
 }
 
+// splitWork is a half: from (fetched records) or else in, as records at..
+// of b.
 type splitWork struct {
-	in []pipeline.Record
-	b  *pipeline.Restored
-	at int
+	from []fetch.Record
+	in   []pipeline.Record
+	b    *pipeline.Restored
+	at   int
 }
 
-func newSplitKeyer(s *pipeline.Stage) *splitKeyer {
+// run keys w on the calling goroutine with rk. Fetched records are keyed
+// in place (RestoreKeyer.KeyAt), as fromFetched would present them: no
+// slice of converted records is written and read back (convert was 0.26 s
+// of a 10M restore's CPU).
+func (w *splitWork) run(rk *pipeline.RestoreKeyer) {
+	if w.from == nil {
+		rk.KeyInto(w.in, w.b, w.at)
+		return
+	}
+	for i := range w.from {
+		fr := &w.from[i]
+		rk.KeyAt(partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, fr.Timestamp.UnixMilli(), w.b, w.at+i)
+	}
+}
+
+// newSplitKeyer starts the helper, under the labels of ctx with
+// piece=key-helper.
+func newSplitKeyer(ctx context.Context, s *pipeline.Stage) *splitKeyer {
 	k := &splitKeyer{own: s.NewRestoreKeyer(), other: s.NewRestoreKeyer(), work: make(chan splitWork), done: make(chan struct{})}
 	go func() {
+		pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("piece", "key-helper")))
 		for w := range k.work {
-			k.other.KeyInto(w.in, w.b, w.at)
+			w.run(k.other)
 			k.done <- struct{}{}
 		}
 	}()
@@ -161,13 +193,35 @@ func (k *splitKeyer) close() { close(k.work) }
 // key replaces the contents of b with the keys of in, as
 // pipeline.RestoreKeyer.Key does.
 func (k *splitKeyer) key(in []pipeline.Record, b *pipeline.Restored) {
-	if len(in) < splitKeyMin {
-		k.own.Key(in, b)
+	k.split(nil, in, b)
+}
+
+// keyBatch is key of the records of fb, as convert would present them,
+// keyed in place (splitWork.run).
+func (k *splitKeyer) keyBatch(fb *fetch.Batch, b *pipeline.Restored) {
+	k.split(fb.Records, nil, b)
+}
+
+// split keys from (when not nil) or else in into b, half on the helper.
+func (k *splitKeyer) split(from []fetch.Record, in []pipeline.Record, b *pipeline.Restored) {
+	n := len(in)
+	if from != nil {
+		n = len(from)
+	}
+	b.SetLen(n)
+	if n < splitKeyMin {
+		w := splitWork{from: from, in: in, b: b}
+		w.run(k.own)
 		return
 	}
-	b.SetLen(len(in))
-	half := len(in) / 2
-	k.work <- splitWork{in: in[half:], b: b, at: half}
-	k.own.KeyInto(in[:half], b, 0)
+	half := n / 2
+	var theirs, mine splitWork
+	if from != nil {
+		theirs, mine = splitWork{from: from[half:], b: b, at: half}, splitWork{from: from[:half], b: b}
+	} else {
+		theirs, mine = splitWork{in: in[half:], b: b, at: half}, splitWork{in: in[:half], b: b}
+	}
+	k.work <- theirs
+	mine.run(k.own)
 	<-k.done
 }

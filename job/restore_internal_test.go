@@ -1,11 +1,13 @@
 package job
 
 import (
+	"context"
 	"fmt"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/dedupstream/dedupstream/fetch"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 )
@@ -33,7 +35,7 @@ func TestSplitKeyer(t *testing.T) {
 		}
 		return out
 	}
-	k := newSplitKeyer(s)
+	k := newSplitKeyer(context.Background(), s)
 	defer k.close()
 	one := s.NewRestoreKeyer()
 	var got, want pipeline.Restored
@@ -45,6 +47,26 @@ func TestSplitKeyer(t *testing.T) {
 			t.Fatalf("%d records: the split keyer's batch (%d records) differs from one keyer's", n, got.Len())
 		}
 	}
+	// keyBatch: each half keys its fetched records in place; the result is
+	// that of convert's records keyed, unkeyed records included.
+	fetched := func(n, bad int) *fetch.Batch {
+		fb := &fetch.Batch{}
+		for i, r := range recs(n, bad) {
+			fb.Records = append(fb.Records, fetch.Record{Offset: int64(i), Key: []byte(fmt.Sprint(i)), Value: r.Value, Timestamp: time.UnixMilli(r.TimestampMs + int64(n))})
+		}
+		return fb
+	}
+	for _, c := range []struct{ n, bad int }{{1, -1}, {splitKeyMin - 1, -1}, {splitKeyMin, -1}, {5001, -1}, {300, -1}, {5001, 10}, {5001, 4000}, {100, 7}} {
+		fb := fetched(c.n, c.bad)
+		k.keyBatch(fb, &got)
+		one.Key(convert(nil, fb), &want)
+		if got.Len() != c.n || !reflect.DeepEqual(&got, &want) {
+			t.Fatalf("%d fetched records, unkeyable %d: the split keyer's batch (%d records, %d unkeyed) differs from one keyer's (%d unkeyed)", c.n, c.bad, got.Len(), got.Unkeyed(), want.Unkeyed())
+		}
+		if wantBad := min(1, c.bad+1); got.Unkeyed() != wantBad {
+			t.Fatalf("%d fetched records, unkeyable %d: %d marked unkeyed, want %d", c.n, c.bad, got.Unkeyed(), wantBad)
+		}
+	}
 	for _, bad := range []int{10, 4000} {
 		in := recs(5001, bad)
 		k.key(in, &got)
@@ -52,5 +74,33 @@ func TestSplitKeyer(t *testing.T) {
 		if got.Unkeyed() != 1 || !reflect.DeepEqual(&got, &want) {
 			t.Errorf("record %d unkeyable: the split keyer marked %d records unkeyed, or differs from one keyer", bad, got.Unkeyed())
 		}
+	}
+}
+
+// TestSplitKeyerAllocatesNothing: keying a fetched batch on the two
+// goroutines allocates nothing once its Restored has grown, per record or
+// per batch.
+func TestSplitKeyerAllocatesNothing(t *testing.T) {
+	cfg := pipeline.Config{Window: time.Hour, Generations: 4, Key: []partition.Field{{Source: partition.SourceJSON, Name: "k"}}}
+	cfg.ApplyDefaults()
+	s, err := pipeline.Open(t.TempDir(), cfg, pipeline.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	k := newSplitKeyer(context.Background(), s)
+	defer k.close()
+	fb := &fetch.Batch{}
+	for i := range 5001 {
+		fb.Records = append(fb.Records, fetch.Record{Offset: int64(i), Value: fmt.Appendf(nil, `{"k":"o-%d","n":%d}`, i, i), Timestamp: time.UnixMilli(int64(i))})
+	}
+	var b pipeline.Restored
+	run := func() { k.keyBatch(fb, &b) }
+	run()
+	if n := testing.AllocsPerRun(20, run); n != 0 {
+		t.Fatalf("%.1f allocations per batch of %d records, want 0", n, len(fb.Records))
+	}
+	if b.Len() != len(fb.Records) || b.Unkeyed() != 0 {
+		t.Fatalf("keyed %d of %d records, %d unkeyed", b.Len(), len(fb.Records), b.Unkeyed())
 	}
 }

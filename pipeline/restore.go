@@ -59,6 +59,7 @@ func (b *Restored) dropUnkeyed() {
 // use.
 type RestoreKeyer struct {
 	keyer *Keyer
+	rec   partition.Record // KeyAt's record
 }
 
 // NewRestoreKeyer returns a RestoreKeyer for the stage's configuration. It
@@ -111,6 +112,26 @@ func (k *RestoreKeyer) KeyInto(in []Record, b *Restored, at int) {
 		versions[i] = version
 		tsMs[i] = in[i].TimestampMs
 	}
+}
+
+// KeyAt keys r, a record of time tsMs (Unix milliseconds), as record i of
+// b (see SetLen), as KeyInto keys in[i-at]: a caller whose records are in
+// another form (the job's fetched batches) keys them without converting
+// them into a slice of Records first. A record without a business key is
+// marked, as Key says.
+func (k *RestoreKeyer) KeyAt(r partition.Record, tsMs int64, b *Restored, i int) {
+	// Through a field: a pointer to r would escape to the heap (the
+	// extractor's calls), one allocation per record.
+	k.rec = r
+	key, version, err := k.keyer.identityOf(&k.rec)
+	if err != nil {
+		b.unkeyed[i] = true
+		b.nUnkeyed.Add(1)
+		return
+	}
+	b.hs[i] = partition.HashKey(key)
+	b.versions[i] = version
+	b.tsMs[i] = tsMs
 }
 
 // Restore records keys that the committed output holds but the store does
