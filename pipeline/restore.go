@@ -36,8 +36,6 @@ func (b *Restored) Len() int { return len(b.hs) }
 // Unkeyed returns how many records of b had no business key.
 func (b *Restored) Unkeyed() int { return int(b.nUnkeyed.Load()) }
 
-func (b *Restored) reset() { b.SetLen(0) }
-
 // dropUnkeyed removes the records marked unkeyed; Unkeyed still counts
 // them.
 func (b *Restored) dropUnkeyed() {
