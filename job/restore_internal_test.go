@@ -12,18 +12,26 @@ import (
 	"github.com/dedupstream/dedupstream/pipeline"
 )
 
-// TestSplitKeyer: keying a batch on two goroutines gives exactly what one
-// RestoreKeyer gives (hashes, versions, times, in order), for batches
-// below and above splitKeyMin and reusing the batch; a record that cannot
-// be keyed is marked as one keyer marks it, whichever half holds it.
-func TestSplitKeyer(t *testing.T) {
+// openKeyStage opens a stage keyed by the JSON member "k", closed when t
+// ends.
+func openKeyStage(t *testing.T) *pipeline.Stage {
+	t.Helper()
 	cfg := pipeline.Config{Window: time.Hour, Generations: 4, Key: []partition.Field{{Source: partition.SourceJSON, Name: "k"}}}
 	cfg.ApplyDefaults()
 	s, err := pipeline.Open(t.TempDir(), cfg, pipeline.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestSplitKeyer: keying a batch on two goroutines gives exactly what one
+// RestoreKeyer gives (hashes, versions, times, in order), for batches
+// below and above splitKeyMin and reusing the batch; a record that cannot
+// be keyed is marked as one keyer marks it, whichever half holds it.
+func TestSplitKeyer(t *testing.T) {
+	s := openKeyStage(t)
 	recs := func(n, bad int) []pipeline.Record {
 		out := make([]pipeline.Record, n)
 		for i := range out {
@@ -81,13 +89,7 @@ func TestSplitKeyer(t *testing.T) {
 // goroutines allocates nothing once its Restored has grown, per record or
 // per batch.
 func TestSplitKeyerAllocatesNothing(t *testing.T) {
-	cfg := pipeline.Config{Window: time.Hour, Generations: 4, Key: []partition.Field{{Source: partition.SourceJSON, Name: "k"}}}
-	cfg.ApplyDefaults()
-	s, err := pipeline.Open(t.TempDir(), cfg, pipeline.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openKeyStage(t)
 	k := newSplitKeyer(context.Background(), s)
 	defer k.close()
 	fb := &fetch.Batch{}
