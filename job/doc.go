@@ -27,6 +27,9 @@
 // counts (topicguard.go). The output topic is recorded there and with the
 // offsets, so a renamed or recreated output is refused (outputcheck.go),
 // as is a state directory copied from another partition (stateowner.go).
+// A producer outside the stage's transactional id that writes to its output
+// partition (an instance under another job.id) stops the job before the
+// stage's next commit (otherwriter.go).
 // Dead-lettered records of
 // stage p go to DLQ partition p modulo the DLQ's partition count.
 //

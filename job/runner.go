@@ -44,6 +44,9 @@ type runner struct {
 	// outNext is one past the last output record known: committed ones
 	// after recovery, and those of the open cycle after a produce.
 	outNext int64
+	// tail is where the stage's next output record must land
+	// (otherwriter.go).
+	tail ownTail
 	// restoreTail is how long the last restore took after its read
 	// (Stage.EndRestore writing the loaded keys); BenchmarkRestore
 	// reports it.
@@ -319,6 +322,7 @@ func (r *runner) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("output offsets: %w", err)
 	}
+	r.tail.recovered(offs)
 	from := ck.Output
 	if len(st.Checkpoint) == 0 {
 		// A new store (a new instance, a moved partition, a lost state
@@ -457,9 +461,13 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	r.j.guard.begin(ctx, since)
 	// Every produce of the cycle answered: the output offset is known.
 	err := r.prod.Flush(ctx)
+	span, wrote := r.prod.Span(r.j.cfg.Output.Topic, int32(r.p))
+	if from, to, other := r.tail.check(span); err == nil && other {
+		err = r.otherWriter(from, to)
+	}
 	if err == nil {
-		if next := r.prod.NextOffset(r.j.cfg.Output.Topic, int32(r.p)); next >= 0 {
-			r.outNext = next
+		if span.Next >= 0 {
+			r.outNext = span.Next
 		}
 		// The metadata names the output and its end after this cycle
 		// (outputcheck.go).
@@ -487,6 +495,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	}
 	// The transaction committed: the output is the truth from here on. A
 	// failed store commit leaves the store behind, which recovery repairs.
+	r.tail.committed(span, wrote)
 	r.j.opts.failpoint(testhook.Committed)
 	if err := r.stage.Commit(r.checkpoint(pos, r.outNext)); err != nil {
 		return fatalf("commit state at input offsets %v: %w", pos, err)
@@ -604,6 +613,7 @@ func (r *runner) settleDoubt(committed []int64) {
 // open cycle; cause is returned for the caller to classify.
 func (r *runner) abort(ctx context.Context, cause error) error {
 	r.in.discard() // read again after recovery
+	r.tail.forget()
 	r.stage.Abort()
 	return abortTxn(ctx, r.prod, r.log, cause)
 }

@@ -186,11 +186,7 @@ func (p *Producer) recycle() {
 
 // stored records a batch the broker stored (base -1: a duplicate whose
 // offset it did not say).
-func (p *Producer) stored(f *flight, base int64) {
-	if base >= 0 {
-		p.txnNext[f.tp] = base + int64(f.n)
-	}
-}
+func (p *Producer) stored(f *flight, base int64) { p.landed(f.tp, base, f.n) }
 
 // land takes the oldest request's answer; on anything but success it
 // resends from there (resendWindow). An error leaves the window empty.

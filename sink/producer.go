@@ -245,9 +245,9 @@ type Producer struct {
 	// early is the AddOffsetsToTxn sent ahead by AddOffsetsEarly, nil
 	// when none is out. See offsets_early.go.
 	early *earlyOffsets
-	// txnNext: per partition, one past the last record of the open
-	// transaction acknowledged with its offset.
-	txnNext map[topicPartition]int64
+	// txnSpans: per partition written, where the open transaction's
+	// records landed (span.go).
+	txnSpans map[topicPartition]Span
 }
 
 // NewProducer returns a producer; it does no I/O. Call Init before the first
@@ -276,7 +276,7 @@ func NewProducer(cfg Config) (*Producer, error) {
 		seqs:       make(map[topicPartition]int32),
 		txnParts:   make(map[topicPartition]struct{}),
 		txnGroups:  make(map[string]struct{}),
-		txnNext:    make(map[topicPartition]int64),
+		txnSpans:   make(map[topicPartition]Span),
 	}, nil
 }
 

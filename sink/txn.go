@@ -76,8 +76,8 @@ func (p *Producer) Begin() error {
 // the batches are sent, up to MaxInFlight requests stay in flight (see
 // inflight.go for the order and retry guarantees), BaseOffset and
 // NextOffset are -1, and the failure of a batch may surface in a later
-// Produce, in Flush, SendOffsets or Commit; NextOffset(topic, partition)
-// tells where the records landed after Flush.
+// Produce, in Flush, SendOffsets or Commit; Span(topic, partition) tells
+// where the records landed after Flush.
 //
 // Records must stay unchanged until Produce returns (they are encoded into
 // the producer's own buffers). After any error the transaction can only be
@@ -115,8 +115,8 @@ func (p *Producer) Produce(ctx context.Context, topic string, partition int32, r
 		res.NextOffset = -1
 		if base >= 0 {
 			res.NextOffset = base + int64(n)
-			p.txnNext[tp] = res.NextOffset
 		}
+		p.landed(tp, base, n)
 		res.Batches++
 		recs = recs[n:]
 	}
@@ -135,17 +135,6 @@ func (p *Producer) Flush(ctx context.Context) error {
 		return p.fail(ctx, err)
 	}
 	return nil
-}
-
-// NextOffset returns one past the last record of the open transaction that
-// the broker acknowledged on the partition with its offset, or -1 when none
-// did (or only as a duplicate of a resent batch). Call it after Flush to
-// cover every record produced.
-func (p *Producer) NextOffset(topic string, partition int32) int64 {
-	if off, ok := p.txnNext[topicPartition{topic, partition}]; ok {
-		return off
-	}
-	return -1
 }
 
 // SendOffsets adds input offsets to the open transaction: they become the
@@ -663,7 +652,7 @@ func (p *Producer) touch() {
 // resetTxn forgets the open transaction; the caller knows it is over, or
 // is about to end it with a new epoch.
 func (p *Producer) resetTxn() {
-	clear(p.txnNext)
+	clear(p.txnSpans)
 	clear(p.txnParts)
 	clear(p.txnGroups)
 	p.txnErr = nil

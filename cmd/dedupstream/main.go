@@ -27,7 +27,8 @@ const (
 	// exitFenced: a static instance was fenced by another instance that
 	// owns one of its partitions now (or the cause was undecided and
 	// kafka.on_fenced is exit); restarting it unchanged makes the two
-	// fence each other in turn.
+	// fence each other in turn. Also: another producer (another job.id)
+	// writes to the output (job.ErrOtherWriter).
 	exitFenced = 3
 )
 

@@ -115,6 +115,11 @@ func stopped(log *slog.Logger, path string, stderr io.Writer, j *job.Job, err, c
 			append([]any{"exit_code", exitFenced, "err", err}, counts...)...)
 		fmt.Fprintf(stderr, "dedupstream: %v\n", err)
 		return exitFenced
+	case errors.Is(err, job.ErrOtherWriter):
+		log.Error("stopped: another producer writes to the output; stop it first (see the error)",
+			append([]any{"exit_code", exitFenced, "err", err}, counts...)...)
+		fmt.Fprintf(stderr, "dedupstream: %v\n", err)
+		return exitFenced
 	default:
 		log.Error("stopped: job failed", append([]any{"exit_code", exitFailure, "err", err}, counts...)...)
 		fmt.Fprintf(stderr, "dedupstream: %v\n", err)

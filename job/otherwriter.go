@@ -1,0 +1,93 @@
+package job
+
+import (
+	"errors"
+
+	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/sink"
+)
+
+// Stage p is the only writer of output partition p: every other copy of
+// the stage (a zombie, a second instance assigned p, the group's next
+// owner) uses the transactional id "<job.id>-<p>" and is fenced. A producer
+// under another transactional id is not: a second job with another job.id
+// and the same output topic (a rolling update that changed job.id while
+// instances under the old id still run, two configs naming one output, a
+// client writing into the output by hand) writes beside the stage, and the
+// keys each emits pass the other's store. Nothing in Kafka refuses that, so
+// the stage watches for it: between its own records in the partition there
+// is nothing but the markers of its own transactions, as long as it is the
+// only writer.
+//
+// ownTail is where the stage's next record must land. A cycle's records
+// landing anywhere else (sink.Span: a gap between two of the cycle's
+// batches, or its first record past ownTail) prove that another producer
+// appended records in between; the cycle is aborted before its commit and
+// the job stops with ErrOtherWriter. Recovery sets ownTail to the
+// partition's end when no transaction is open there (all that recovery
+// restored is then the whole partition), a commit to one past the marker
+// that follows its records; an abort, or a cycle whose last offset the
+// broker did not say, leaves it unknown until the next commit.
+//
+// It detects a writer that appends between two of the stage's commits, so
+// at the latest on the stage's second commit after that writer started.
+// It cannot see writes to partitions the stage does not write, nor undo
+// what both committed before it was noticed: the job stops, the operator
+// stops the other writer, and the next start restores the keys of every
+// record in the output since the stage's checkpoint, the other writer's
+// included.
+
+// ErrOtherWriter reports that another producer writes to the job's output
+// partition. The CLI exits with the fenced code (3).
+var ErrOtherWriter = errors.New("another producer writes to the output")
+
+// ownTail is the offset where the stage's next output record must land,
+// when known (the zero value knows nothing).
+type ownTail struct {
+	next  int64
+	known bool
+}
+
+// recovered sets the tail after recovery from the output's offsets, read
+// after the stage took its transactional id over (which settled its own
+// open transaction): with no transaction open, the partition ends there.
+func (t *ownTail) recovered(offs fetch.Offsets) {
+	t.next, t.known = offs.Latest, offs.Latest == offs.LastStable
+}
+
+// forget makes the tail unknown: after an abort, whose marker and
+// records are not counted.
+func (t *ownTail) forget() { t.known = false }
+
+// check returns the first run of offsets [from, to) of the cycle's span
+// that another producer took, ok false when there is none.
+func (t *ownTail) check(s sink.Span) (from, to int64, ok bool) {
+	switch {
+	case s.ForeignFrom >= 0:
+		return s.ForeignFrom, s.ForeignTo, true
+	case t.known && s.First > t.next:
+		return t.next, s.First, true
+	}
+	return 0, 0, false
+}
+
+// committed moves the tail past a committed cycle that wrote span s to
+// the partition (wrote: false when it wrote nothing there, so no marker
+// follows either).
+func (t *ownTail) committed(s sink.Span, wrote bool) {
+	if wrote {
+		t.next, t.known = s.Next+1, s.Exact // +1: the commit marker
+	}
+}
+
+// otherWriter is the error a stage stops with when another producer's
+// records lie at [from, to) of its output partition.
+func (r *runner) otherWriter(from, to int64) error {
+	id := r.j.cfg.Job.ID
+	return fatalf("%w: output %s/%d holds records at offsets %d to %d that stage %d of job %q did not write, between records it did: "+
+		"another producer writes to this partition (another job with a different job.id and the same output topic, for example "+
+		"a rolling update that changed job.id while instances under the old id still run), so keys emitted by both repeat. "+
+		"The open cycle was aborted. Stop every other writer of %q (instances under another job.id: all of them), then start this job again: "+
+		"it restores the keys of those records from the output",
+		ErrOtherWriter, r.j.cfg.Output.Topic, r.p, from, to-1, r.p, id, r.j.cfg.Output.Topic)
+}
