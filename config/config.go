@@ -90,6 +90,15 @@ type Input struct {
 	// the business key ("murmur2", "fnv1a", "crc32"); records found on
 	// another partition are counted. The default value is "murmur2".
 	Partitioner string `yaml:"partitioner"`
+	// OffsetReset is what a reader of the raw (or repartition) topics does
+	// when its position is no longer in the log: retention or
+	// DeleteRecords removed records it never read (the job was stopped, or
+	// behind, for longer than the topic keeps records), or the topic was
+	// deleted and created again. "earliest" goes on from the log start,
+	// logs a warning and counts the offsets skipped
+	// (dedupstream_input_offsets_skipped_total); "fail" stops the job so
+	// that an operator decides. The default value is "earliest".
+	OffsetReset string `yaml:"offset_reset"`
 }
 
 // Output names the deduplicated and dead-letter topics.
@@ -237,6 +246,7 @@ func (c *Config) ApplyDefaults() {
 	}
 	def(&c.Input.Partitioning, "input")
 	def(&c.Input.Partitioner, "murmur2")
+	def(&c.Input.OffsetReset, "earliest")
 	if c.Output.Topic != "" {
 		def(&c.Output.DLQTopic, c.Output.Topic+"-dlq")
 	}
@@ -407,6 +417,7 @@ func (c *Config) validate(v *validator) {
 	if _, err := partition.PartitionerByName(c.Input.Partitioner); err != nil {
 		v.addf("input.partitioner", "must be one of murmur2, fnv1a, crc32, got %q", c.Input.Partitioner)
 	}
+	v.oneOf("input.offset_reset", c.Input.OffsetReset, "earliest", "fail")
 	if c.Output.Topic == "" {
 		v.addf("output.topic", "required")
 	}

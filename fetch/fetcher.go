@@ -213,66 +213,18 @@ func (f *Fetcher) fetchOnce(ctx context.Context, b *Batch) error {
 	if err := f.findLeader(ctx); err != nil {
 		return err
 	}
-	fx := f.ex
-	if fx == nil {
-		fx = f.newFetchExchange()
-		f.ex = fx
-	}
-	x := fx.exchange
 	if cap(b.buf) > 4*f.opts.MaxBytes+1<<20 {
 		b.buf = nil // one oversized response must not pin its buffer
 	}
 	if cap(b.dbuf) > 16*f.opts.MaxBytes+1<<20 {
 		b.dbuf = nil
 	}
-	x.frame = b.buf
-	x.node = f.leader
-	x.finished.Store(false)
-	wait := f.opts.MaxWait
-	if dl, ok := ctx.Deadline(); ok {
-		// Let the broker answer (empty) before the caller's deadline
-		// rather than abandoning the request.
-		wait = max(0, min(wait, time.Until(dl)*3/4))
-	}
-	fx.req.MaxWaitTime = int32(wait / time.Millisecond)
-	fx.req.Topics[0].Partitions[0].FetchOffset = f.pos
-
-	rctx, cancel := context.WithTimeout(ctx, wait+f.opts.RequestTimeout)
-	_, err := f.rt.RoundTrip(rctx, f.addr, x.toBroker())
-	cancel()
-	if !x.finished.Load() {
-		// The request may still be running on the connection and
-		// writing into x.frame: leave both to it.
-		f.ex, b.buf = nil, nil
-		if err == nil {
-			err = errors.New("round trip returned before the exchange finished")
-		}
-	} else {
-		b.buf = x.frame
-	}
+	p, err := f.exchangeOnce(ctx, &f.ex, isolationReadCommitted, &b.buf, f.pos)
 	if err != nil {
-		return f.connError(ctx, err)
-	}
-
-	p, found, err := f.dec.parseResponse(b.buf, x.version, f.topic, int32(f.partition))
-	if err != nil {
-		if isRetriable(err) {
-			f.leader = -1
-		}
 		return err
-	}
-	if !found {
-		f.leader = -1
-		return retry(fmt.Errorf("response from broker %d has no data for the partition", x.node))
 	}
 	if p.errorCode == int16(kafka.OffsetOutOfRange) {
 		return f.outOfRange(ctx, b)
-	}
-	if err := partitionError(p.errorCode); err != nil {
-		if isRetriable(err) {
-			f.leader = -1
-		}
-		return err
 	}
 	b.HighWatermark, b.LastStableOffset, b.LogStartOffset = p.highWatermark, p.lastStableOffset, p.logStartOffset
 	next, err := f.dec.decodeRecords(b, &p, f.pos)
@@ -283,6 +235,71 @@ func (f *Fetcher) fetchOnce(ctx context.Context, b *Batch) error {
 	f.pos = next
 	b.NextOffset = next
 	return nil
+}
+
+// exchangeOnce sends one Fetch of the partition from offset at the given
+// isolation level, on the exchange *ex (created when nil, dropped when its
+// round trip is left in flight), with the response read into *frame, and
+// returns the partition's data. A partition error other than
+// OFFSET_OUT_OF_RANGE is returned as an error; that one is left in
+// errorCode for the caller.
+func (f *Fetcher) exchangeOnce(ctx context.Context, ex **fetchExchange, isolation int8, frame *[]byte, offset int64) (partitionData, error) {
+	fx := *ex
+	if fx == nil {
+		fx = f.newFetchExchange()
+		fx.req.IsolationLevel = isolation
+		*ex = fx
+	}
+	x := fx.exchange
+	x.frame = *frame
+	x.node = f.leader
+	x.finished.Store(false)
+	wait := f.opts.MaxWait
+	if dl, ok := ctx.Deadline(); ok {
+		// Let the broker answer (empty) before the caller's deadline
+		// rather than abandoning the request.
+		wait = max(0, min(wait, time.Until(dl)*3/4))
+	}
+	fx.req.MaxWaitTime = int32(wait / time.Millisecond)
+	fx.req.Topics[0].Partitions[0].FetchOffset = offset
+
+	rctx, cancel := context.WithTimeout(ctx, wait+f.opts.RequestTimeout)
+	_, err := f.rt.RoundTrip(rctx, f.addr, x.toBroker())
+	cancel()
+	if !x.finished.Load() {
+		// The request may still be running on the connection and
+		// writing into x.frame: leave both to it.
+		*ex, *frame = nil, nil
+		if err == nil {
+			err = errors.New("round trip returned before the exchange finished")
+		}
+	} else {
+		*frame = x.frame
+	}
+	if err != nil {
+		return partitionData{}, f.connError(ctx, err)
+	}
+
+	p, found, err := f.dec.parseResponse(*frame, x.version, f.topic, int32(f.partition))
+	if err != nil {
+		if isRetriable(err) {
+			f.leader = -1
+		}
+		return p, err
+	}
+	if !found {
+		f.leader = -1
+		return p, retry(fmt.Errorf("response from broker %d has no data for the partition", x.node))
+	}
+	if p.errorCode != int16(kafka.OffsetOutOfRange) {
+		if err := partitionError(p.errorCode); err != nil {
+			if isRetriable(err) {
+				f.leader = -1
+			}
+			return p, err
+		}
+	}
+	return p, nil
 }
 
 // connError classifies a failed round trip: the caller's context ending and
@@ -319,6 +336,9 @@ func (f *Fetcher) outOfRange(ctx context.Context, b *Batch) error {
 	f.log.Warn("fetch: offset out of range, position reset by policy",
 		"offset", old, "earliest", offs.Earliest, "latest", offs.Latest,
 		"policy", f.opts.OutOfRange.String(), "new_offset", f.pos)
+	if f.opts.OnReset != nil {
+		f.opts.OnReset(old, f.pos)
+	}
 	b.NextOffset = f.pos
 	return errPositionReset
 }

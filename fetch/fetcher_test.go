@@ -231,11 +231,16 @@ func TestFetchOutOfRange(t *testing.T) {
 		}
 	})
 	t.Run("earliest", func(t *testing.T) {
-		f := newFetcher(t, brokers, topic, Options{OutOfRange: OutOfRangeEarliest})
+		var resets [][2]int64
+		f := newFetcher(t, brokers, topic, Options{OutOfRange: OutOfRangeEarliest,
+			OnReset: func(from, to int64) { resets = append(resets, [2]int64{from, to}) }})
 		f.SetPosition(0)
 		got := fetchUntil(t, f, 5)
 		if len(got) != 3 || got[0].Offset != 2 {
 			t.Fatalf("got %v, want offsets 2..4", got)
+		}
+		if want := [][2]int64{{0, 2}}; !slices.Equal(resets, want) {
+			t.Fatalf("OnReset saw %v, want %v", resets, want)
 		}
 	})
 	t.Run("latest", func(t *testing.T) {

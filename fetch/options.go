@@ -80,6 +80,10 @@ type Options struct {
 	// OutOfRange is the policy for OFFSET_OUT_OF_RANGE. The default value
 	// is OutOfRangeFail.
 	OutOfRange OutOfRangePolicy
+	// OnReset, when set, is called after the OutOfRange policy moved the
+	// position from one offset to another, on the goroutine that called
+	// Fetch, after the warning is logged.
+	OnReset func(from, to int64)
 	// Backoff is the first wait after a retriable error (leader change,
 	// connection error, unavailable partition). Each further retry doubles
 	// it, with jitter, up to MaxBackoff. The default value is 100ms.

@@ -208,6 +208,9 @@ type Job struct {
 	mem   *memory              // see memory.go; set while Run runs
 	links *links               // see links.go
 	guard *topicGuard          // see topicguard.go; set while Run runs
+	// skipped counts input offsets skipped by input.offset_reset
+	// (inputreset.go).
+	skipped map[topicPart]uint64
 }
 
 // New checks that cfg is something this build can run and returns a Job.

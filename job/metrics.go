@@ -76,7 +76,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIn, descOut, descDropped, descDLQ, descRatio, descBloomCheck, descBloomNeg, descFP,
 		descStoreRead, descStoreWrite, descTxn, descRestored, descUnkeyed, descAmbiguous, descMisroute, descCycle, descE2E, descLag, descStateKeys,
 		descStateBytes, descDisk, descGen, descFill, descGenFPR, descSubFilters, descFPR, descRestoreLeft, descRestoreDone, descRecovery, descReady,
-		descAssigned, descGenerations, descRouteIn, descRouted, descDLQCut} {
+		descAssigned, descGenerations, descRouteIn, descRouted, descDLQCut, descSkipped} {
 		ch <- d
 	}
 	for _, d := range memoryDescs {
@@ -97,6 +97,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRouted, prometheus.CounterValue, float64(s.Routed))
 	ch <- prometheus.MustNewConstMetric(descDLQCut, prometheus.CounterValue, float64(s.DLQTruncated))
 	j.collectMemory(ch)
+	j.collectSkipped(ch)
 	j.mu.Lock()
 	parts := make([]*partMetrics, 0, len(j.parts))
 	for _, pm := range j.parts {

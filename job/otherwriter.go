@@ -1,6 +1,7 @@
 package job
 
 import (
+	"context"
 	"errors"
 
 	"github.com/dedupstream/dedupstream/fetch"
@@ -16,14 +17,19 @@ import (
 // client writing into the output by hand) writes beside the stage, and the
 // keys each emits pass the other's store. Nothing in Kafka refuses that, so
 // the stage watches for it: between its own records in the partition there
-// is nothing but the markers of its own transactions, as long as it is the
-// only writer.
+// is nothing but transaction markers, as long as it is the only writer.
 //
 // ownTail is where the stage's next record must land. A cycle's records
 // landing anywhere else (sink.Span: a gap between two of the cycle's
-// batches, or its first record past ownTail) prove that another producer
-// appended records in between; the cycle is aborted before its commit and
-// the job stops with ErrOtherWriter. Recovery sets ownTail to the
+// batches, or its first record past ownTail) show that something was
+// appended in between. Not always another writer's records: a transaction
+// coordinator that fails over while it writes a commit's markers writes
+// them again (seen on three brokers when one was bounced: a second marker
+// right after the first). So the stage reads the gap's batch headers
+// (fetch.Fetcher.Heads, read_uncommitted): a record batch there that is
+// not a marker and not of the stage's producer id is another writer's;
+// the cycle is aborted before its commit and the job stops with
+// ErrOtherWriter. Markers alone carry no keys and pass. Recovery sets ownTail to the
 // partition's end when no transaction is open there (all that recovery
 // restored is then the whole partition), a commit to one past the marker
 // that follows its records; an abort, or a cycle whose last offset the
@@ -60,7 +66,8 @@ func (t *ownTail) recovered(offs fetch.Offsets) {
 func (t *ownTail) forget() { t.known = false }
 
 // check returns the first run of offsets [from, to) of the cycle's span
-// that another producer took, ok false when there is none.
+// that the stage did not take (a gap: checkGap says whose), ok false when
+// there is none.
 func (t *ownTail) check(s sink.Span) (from, to int64, ok bool) {
 	switch {
 	case s.ForeignFrom >= 0:
@@ -78,6 +85,35 @@ func (t *ownTail) committed(s sink.Span, wrote bool) {
 	if wrote {
 		t.next, t.known = s.Next+1, s.Exact // +1: the commit marker
 	}
+}
+
+// checkGap reads the batch headers of [from, to), offsets of the stage's
+// output partition between its own records, and returns ErrOtherWriter
+// when another producer's records lie there. A gap that cannot be read is
+// logged and let pass: only records prove another writer.
+func (r *runner) checkGap(ctx context.Context, from, to int64) error {
+	heads, err := r.out.Heads(ctx, from, to)
+	if err != nil {
+		r.log.Warn("could not read the offsets between the stage's own output records", "from", from, "to", to, "err", err)
+		return nil
+	}
+	pid, _ := r.prod.ProducerID()
+	if h, ok := foreignBatch(heads, pid); ok {
+		return r.otherWriter(max(from, h.BaseOffset), min(to, h.LastOffset+1))
+	}
+	r.log.Info("only transaction markers between the stage's own output records (a transaction coordinator wrote a commit's markers again)", "from", from, "to", to, "batches", len(heads))
+	return nil
+}
+
+// foreignBatch returns the first record batch of heads that is neither a
+// transaction marker nor producer pid's.
+func foreignBatch(heads []fetch.BatchHead, pid int64) (fetch.BatchHead, bool) {
+	for _, h := range heads {
+		if !h.Control && h.ProducerID != pid {
+			return h, true
+		}
+	}
+	return fetch.BatchHead{}, false
 }
 
 // otherWriter is the error a stage stops with when another producer's

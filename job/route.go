@@ -86,7 +86,7 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 	if err != nil {
 		return nil, err
 	}
-	in, err := fetch.New(j.client, src.topic, src.partition, fetch.Options{
+	in, err := fetch.New(j.client, src.topic, src.partition, j.inputOptions(fetch.Options{
 		MaxWait:         min(max(cfg.Commit.Interval, 10*time.Millisecond), fetch.DefaultMaxWait),
 		MaxBytes:        int(cfg.Fetch.PartitionMaxBytes),
 		MaxRequestBytes: int(cfg.Fetch.RequestMaxBytes),
@@ -94,7 +94,7 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 		RetryTimeout:    j.opts.RetryTimeout,
 		ClientID:        cfg.Kafka.ClientID,
 		Logger:          j.log,
-	})
+	}, src.topic, src.partition))
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +153,7 @@ func (rt *router) begin() error {
 func (rt *router) fetch(context.Context, int) (*fetch.Batch, error) {
 	b, _, err := rt.in.next()
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s/%d: %w", rt.src.topic, rt.src.partition, err)
+		return nil, fmt.Errorf("fetch %s/%d: %w", rt.src.topic, rt.src.partition, rt.j.inputFailed(err))
 	}
 	return b, nil
 }

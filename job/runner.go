@@ -262,7 +262,7 @@ func (r *runner) connect() error {
 		Logger:          r.log,
 	}
 	for _, t := range j.topics {
-		f, err := fetch.New(client, t, r.p, fo)
+		f, err := fetch.New(client, t, r.p, j.inputOptions(fo, t, r.p))
 		if err != nil {
 			return err
 		}
@@ -434,7 +434,7 @@ func (r *runner) fetch(context.Context, int) (*fetch.Batch, error) {
 	b, t, err := r.in.next()
 	r.cur = t
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s/%d: %w", r.j.topics[t], r.p, err)
+		return nil, fmt.Errorf("fetch %s/%d: %w", r.j.topics[t], r.p, r.j.inputFailed(err))
 	}
 	return b, nil
 }
@@ -462,8 +462,8 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	// Every produce of the cycle answered: the output offset is known.
 	err := r.prod.Flush(ctx)
 	span, wrote := r.prod.Span(r.j.cfg.Output.Topic, int32(r.p))
-	if from, to, other := r.tail.check(span); err == nil && other {
-		err = r.otherWriter(from, to)
+	if from, to, gap := r.tail.check(span); err == nil && gap {
+		err = r.checkGap(ctx, from, to)
 	}
 	if err == nil {
 		if span.Next >= 0 {

@@ -412,3 +412,30 @@ func (p *Producer) ResetOffsets(ctx context.Context, group, topic string, offset
 	}
 	return nil
 }
+
+// DeleteRecords removes the records of topic's partitions below the given
+// offsets, as kafka-delete-records.sh (or retention) does.
+func (p *Producer) DeleteRecords(ctx context.Context, topic string, below map[int32]int64) error {
+	req := kmsg.NewPtrDeleteRecordsRequest()
+	rt := kmsg.NewDeleteRecordsRequestTopic()
+	rt.Topic = topic
+	for part, off := range below {
+		rp := kmsg.NewDeleteRecordsRequestTopicPartition()
+		rp.Partition, rp.Offset = part, off
+		rt.Partitions = append(rt.Partitions, rp)
+	}
+	req.Topics = append(req.Topics, rt)
+	req.TimeoutMillis = 10_000
+	res, err := req.RequestWith(ctx, p.cl)
+	if err != nil {
+		return err
+	}
+	for _, t := range res.Topics {
+		for _, tp := range t.Partitions {
+			if err := kerr.ErrorForCode(tp.ErrorCode); err != nil {
+				return fmt.Errorf("delete records %s/%d: %w", t.Topic, tp.Partition, err)
+			}
+		}
+	}
+	return nil
+}
