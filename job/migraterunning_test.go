@@ -19,10 +19,7 @@ func TestMigrateRefusedWhileRunning(t *testing.T) {
 	e := newEnv(t)
 	w := e.workload(5, 3_000, 800)
 	half := len(w.Records) / 2
-	e.produce(w.Records[:half])
-	cfg := e.config("0, 1, 2, 3")
-	r := e.start(cfg)
-	e.waitCommitted(r, 1, 45*time.Second)
+	cfg, r := e.runningOn(w.Records[:half])
 
 	opts := job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second}
 	_, err := job.Migrate(e.ctx(60*time.Second), cfg, opts)

@@ -8,10 +8,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
+
+// runningOn produces recs, starts the job on every partition and waits
+// until it committed them.
+func (e *env) runningOn(recs []*kgo.Record) (*config.Config, *running) {
+	e.t.Helper()
+	e.produce(recs)
+	cfg := e.config("0, 1, 2, 3")
+	r := e.start(cfg)
+	e.waitCommitted(r, 1, 60*time.Second)
+	return cfg, r
+}
 
 // trickle produces recs in chunks of 200, 20ms apart, until they run out or
 // the returned func is called, which waits for the producing to end (the
@@ -49,9 +61,7 @@ func TestOtherWriterStopsTheJob(t *testing.T) {
 	e := newEnv(t)
 	w := e.workload(41, 6_000, 2_000)
 	third := len(w.Records) / 3
-	e.produce(w.Records[:third])
-	r := e.start(e.config("0, 1, 2, 3"))
-	e.waitCommitted(r, 1, 60*time.Second)
+	_, r := e.runningOn(w.Records[:third])
 
 	endFeed := e.trickle(w.Records[third:])
 	time.Sleep(200 * time.Millisecond) // the job runs cycles
@@ -98,10 +108,7 @@ func TestTwoJobIDsOneOutput(t *testing.T) {
 	e := newEnv(t)
 	w := e.workload(43, 8_000, 2_000)
 	quarter := len(w.Records) / 4
-	e.produce(w.Records[:quarter])
-	cfgA := e.config("0, 1, 2, 3")
-	a := e.start(cfgA)
-	e.waitCommitted(a, 1, 60*time.Second)
+	_, a := e.runningOn(w.Records[:quarter])
 
 	e.jobID = kafkatest.TopicName("orders-dedup-renamed")
 	cfgB := e.config("0, 1, 2, 3")

@@ -404,10 +404,21 @@ func (p *Producer) ResetOffsets(ctx context.Context, group, topic string, offset
 		return err
 	}
 	for _, t := range res.Topics {
-		for _, tp := range t.Partitions {
-			if err := kerr.ErrorForCode(tp.ErrorCode); err != nil {
-				return fmt.Errorf("reset %s/%d: %w", t.Topic, tp.Partition, err)
-			}
+		if err := partitionsErr("reset", t.Topic, t.Partitions, func(tp kmsg.OffsetCommitResponseTopicPartition) (int32, int16) {
+			return tp.Partition, tp.ErrorCode
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// partitionsErr returns the first partition error of a response topic's
+// partitions (code gives each one's number and error code), naming op.
+func partitionsErr[P any](op, topic string, parts []P, code func(P) (int32, int16)) error {
+	for _, tp := range parts {
+		if n, c := code(tp); kerr.ErrorForCode(c) != nil {
+			return fmt.Errorf("%s %s/%d: %w", op, topic, n, kerr.ErrorForCode(c))
 		}
 	}
 	return nil
@@ -431,10 +442,10 @@ func (p *Producer) DeleteRecords(ctx context.Context, topic string, below map[in
 		return err
 	}
 	for _, t := range res.Topics {
-		for _, tp := range t.Partitions {
-			if err := kerr.ErrorForCode(tp.ErrorCode); err != nil {
-				return fmt.Errorf("delete records %s/%d: %w", t.Topic, tp.Partition, err)
-			}
+		if err := partitionsErr("delete records", t.Topic, t.Partitions, func(tp kmsg.DeleteRecordsResponseTopicPartition) (int32, int16) {
+			return tp.Partition, tp.ErrorCode
+		}); err != nil {
+			return err
 		}
 	}
 	return nil
