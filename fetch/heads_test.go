@@ -2,6 +2,7 @@ package fetch
 
 import (
 	"testing"
+	"time"
 
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -37,6 +38,18 @@ func TestHeads(t *testing.T) {
 	}
 	if err := txn.EndTransaction(ctx, kgo.TryCommit); err != nil {
 		t.Fatal(err)
+	}
+	// Brokers write the marker after EndTxn returns: the last stable
+	// offset passes b once it is there.
+	for {
+		offs, err := f.ListOffsets(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if offs.LastStable > b.Offset+1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	c := &kgo.Record{Topic: topic, Key: []byte("c")}
 	if err := plain.ProduceSync(ctx, c).FirstErr(); err != nil {
