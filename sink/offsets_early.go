@@ -59,9 +59,10 @@ func (p *Producer) joinEarly() {
 func (p *Producer) addOffsetsCall(group string) call {
 	pid, epoch := p.pid, p.epoch
 	return call{
-		op:        "add offsets to txn",
-		topic:     group,
-		partition: -1,
+		op:             "add offsets to txn",
+		topic:          group,
+		partition:      -1,
+		pollPendingEnd: true,
 		build: func() protocol.Message {
 			return &addoffsetstotxn.Request{
 				TransactionalID: p.cfg.TransactionalID,

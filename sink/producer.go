@@ -57,6 +57,19 @@ type Config struct {
 	RetryBackoff    time.Duration
 	MaxRetryBackoff time.Duration
 
+	// PendingEndPoll is the wait between attempts of AddPartitionsToTxn and
+	// AddOffsetsToTxn refused with CONCURRENT_TRANSACTIONS: the previous
+	// transaction's EndTxn was answered, but the coordinator is still
+	// writing its markers, which takes about two replicated writes. The
+	// next cycle's first request lands in that window almost every time,
+	// so it polls at this fixed pace (within RetryTimeout) instead of
+	// backing off exponentially: with the 50 ms first backoff the waits
+	// of 50, 100 and 200 ms added up to ~0.4 s per cycle on a loaded
+	// 3-broker cluster (docs/benchmarks.md, "Latency decomposition,
+	// session 10").
+	// The default value is 10ms.
+	PendingEndPoll time.Duration
+
 	// MaxBatchBytes caps the encoded size of one record batch; Produce
 	// splits larger calls into several batches. It must not exceed the
 	// topic's max.message.bytes. A single record larger than this is sent
@@ -108,6 +121,7 @@ const (
 	DefaultRetryTimeout       = 30 * time.Second
 	DefaultRetryBackoff       = 50 * time.Millisecond
 	DefaultMaxRetryBackoff    = time.Second
+	DefaultPendingEndPoll     = 10 * time.Millisecond
 	DefaultMaxBatchBytes      = 1 << 20
 )
 
@@ -127,6 +141,9 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.MaxRetryBackoff == 0 {
 		c.MaxRetryBackoff = DefaultMaxRetryBackoff
+	}
+	if c.PendingEndPoll == 0 {
+		c.PendingEndPoll = DefaultPendingEndPoll
 	}
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = DefaultMaxBatchBytes
@@ -165,6 +182,9 @@ func (c Config) Validate() error {
 	}
 	if c.RetryBackoff <= 0 {
 		bad("RetryBackoff", "must be > 0, got %v", c.RetryBackoff)
+	}
+	if c.PendingEndPoll <= 0 {
+		bad("PendingEndPoll", "must be > 0, got %v", c.PendingEndPoll)
 	}
 	if c.MaxRetryBackoff < c.RetryBackoff {
 		bad("MaxRetryBackoff", "must be >= RetryBackoff (%v), got %v", c.RetryBackoff, c.MaxRetryBackoff)
@@ -392,6 +412,10 @@ type call struct {
 	// epoch, so a late commit could end the next transaction of the same
 	// epoch early. Only a new epoch (Init) makes such a request harmless.
 	ambiguousOnTimeout bool
+	// pollPendingEnd retries CONCURRENT_TRANSACTIONS every PendingEndPoll
+	// (the previous transaction's markers are being written) instead of
+	// backing off: AddPartitionsToTxn and AddOffsetsToTxn.
+	pollPendingEnd bool
 }
 
 // coordinatorCall sends a request to the transaction (or group) coordinator
@@ -436,7 +460,11 @@ func (p *Producer) callCoordinator(ctx context.Context, c call) (protocol.Messag
 			continue
 		}
 		class := classifyCode(code)
-		if class != ClassRetriable || !a.again(code) {
+		wait := backoff.Delay(p.cfg.RetryBackoff, p.cfg.MaxRetryBackoff, a.n)
+		if c.pollPendingEnd && code == kafka.ConcurrentTransactions {
+			wait = p.cfg.PendingEndPoll
+		}
+		if class != ClassRetriable || !a.againAfter(code, wait) {
 			if class == ClassAmbiguous {
 				return nil, a.ambiguous(code, code)
 			}
@@ -616,10 +644,14 @@ func (p *Producer) newAttempts(ctx context.Context, op, topic string, partition 
 // jitter. It returns false when the caller's context ended or the retry
 // budget would be exceeded.
 func (a *attempts) again(cause error) bool {
+	return a.againAfter(cause, backoff.Delay(a.p.cfg.RetryBackoff, a.p.cfg.MaxRetryBackoff, a.n))
+}
+
+// againAfter is again with the wait d chosen by the caller.
+func (a *attempts) againAfter(cause error, d time.Duration) bool {
 	if a.ctx.Err() != nil {
 		return false
 	}
-	d := backoff.Delay(a.p.cfg.RetryBackoff, a.p.cfg.MaxRetryBackoff, a.n)
 	if time.Now().Add(d).After(a.deadline) {
 		return false
 	}

@@ -301,9 +301,10 @@ func (p *Producer) endTxn(ctx context.Context, commit bool) error {
 func (p *Producer) addPartition(ctx context.Context, tp topicPartition) error {
 	p.touch()
 	_, err := p.coordinatorCall(ctx, call{
-		op:        "add partitions to txn",
-		topic:     tp.topic,
-		partition: tp.partition,
+		op:             "add partitions to txn",
+		topic:          tp.topic,
+		partition:      tp.partition,
+		pollPendingEnd: true,
 		build: func() protocol.Message {
 			return &addpartitionstotxn.Request{
 				TransactionalID: p.cfg.TransactionalID,

@@ -52,6 +52,7 @@ type childSpec struct {
 type childStats struct {
 	In, StoreReads, FalsePositives, BloomNegative, DeadLettered uint64
 	DiskBytes                                                   uint64
+	Job                                                         *JobTimes // the job's latency histograms
 	Err                                                         string
 }
 
@@ -123,6 +124,7 @@ func runChildJob(ctx context.Context, s childSpec, st *childStats) error {
 		st.DiskBytes = dirBytes(filepath.Join(rj.dir, "state"))
 		err = rj.stop()
 		js := rj.j.Stats()
+		st.Job = jobTimes(rj.j.Collector())
 		st.In, st.StoreReads, st.FalsePositives, st.BloomNegative, st.DeadLettered = js.In, js.StoreReads, js.FalsePositives, js.BloomNegative, js.DeadLettered
 		return err
 	case SysCopy:

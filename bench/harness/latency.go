@@ -53,9 +53,11 @@ type Paced struct {
 	// Ack is the input side alone: produce stamp to the client's
 	// acknowledgement (acks=all) of each input record, which the job cannot
 	// have read earlier.
-	Ack          *Latency `json:"produce_ack,omitempty"`
-	BoundMs      float64  `json:"bound_ms"`
-	P99OverBound float64  `json:"p99_over_bound"`
+	Ack *Latency `json:"produce_ack,omitempty"`
+	// Stages splits the latency by side (see Stages).
+	Stages       *Stages `json:"stages,omitempty"`
+	BoundMs      float64 `json:"bound_ms"`
+	P99OverBound float64 `json:"p99_over_bound"`
 }
 
 // pacer releases records at a fixed rate: due returns how many the rate
@@ -120,6 +122,7 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 	// The job, here or in a child; jobDone reports its end.
 	var jobDone chan error
 	var stopJob func() error
+	var jobT func() *JobTimes
 	if c.JobProc != nil {
 		ch, err := c.JobProc.start(ctx, SysDedup, "latency", rep, c.E2E, env.brokers, env.raw, out)
 		if err != nil {
@@ -127,7 +130,11 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 		}
 		defer ch.kill()
 		jobDone = ch.done
-		stopJob = func() error { _, err := ch.stop(); return err }
+		stopJob = func() error {
+			st, err := ch.stop()
+			jobT = func() *JobTimes { return st.Job }
+			return err
+		}
 	} else {
 		rj, err := startDedup(ctx, c.E2E, env.brokers, env.raw, out)
 		if err != nil {
@@ -135,6 +142,7 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 		}
 		defer rj.stop()
 		jobDone = rj.done
+		jobT = func() *JobTimes { return jobTimes(rj.j.Collector()) }
 	}
 	rd, err := kgo.NewClient(kgo.SeedBrokers(env.brokers...), kgo.ConsumeTopics(out),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
@@ -143,8 +151,16 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 		return Result{}, err
 	}
 	defer rd.Close()
+	// The stage probe: the same output read_uncommitted.
+	probeRd, err := kgo.NewClient(kgo.SeedBrokers(env.brokers...), kgo.ConsumeTopics(out),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(10*time.Millisecond))
+	if err != nil {
+		return Result{}, err
+	}
+	defer probeRd.Close()
 	readCtx, stopRead := context.WithCancel(ctx)
 	defer stopRead()
+	probe := &stageProbe{seen: make(map[int64]time.Time)}
 	var (
 		lats    []time.Duration
 		outN    atomic.Uint64
@@ -152,7 +168,11 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 		readWG  sync.WaitGroup
 		chk     = workload.NewChecker(uint64(spec.KeysPerWindow))
 	)
-	readWG.Add(1)
+	readWG.Add(2)
+	go func() {
+		defer readWG.Done()
+		probe.run(readCtx, probeRd)
+	}()
 	go func() {
 		defer readWG.Done()
 		for readCtx.Err() == nil {
@@ -161,11 +181,13 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 			if fs.NumRecords() == 0 {
 				continue
 			}
-			fs.EachRecord(func(r *kgo.Record) {
+			recs := fs.Records()
+			for _, r := range recs {
 				lats = append(lats, now.Sub(r.Timestamp))
 				chk.EmitKey(r.Key)
-				outN.Add(1)
-			})
+			}
+			probe.committed(now, recs)
+			outN.Add(uint64(len(recs)))
 			lastOut.Store(now.UnixNano())
 		}
 	}()
@@ -203,12 +225,20 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 		Correct: chk.Result(truth)}
 	pc := &Paced{TargetRate: c.Rate, AchievedRate: achieved, BoundMs: float64(bound.Milliseconds()),
 		DrainSec: time.Unix(0, lastOut.Load()).Sub(last).Seconds(), Ack: latencyOf("input record: produce stamp to acknowledgement", acks)}
+	pc.Stages = probe.stages()
+	if jobT != nil {
+		pc.Stages.Job = jobT()
+	}
 	pc.KeptUp = achieved >= 0.95*c.Rate && outN.Load() >= truth.New
 	if r.Latency != nil {
 		pc.P99OverBound = r.Latency.P99 / 1e3 / pc.BoundMs
 	}
 	r.Paced = pc
 	r.Valid = r.Correct.OK()
+	if st := pc.Stages; st.Produced != nil && st.Committed != nil {
+		p.Say("%s rep %d stages: stamp to read_uncommitted p50 %s p99 %s, read_uncommitted to read_committed p50 %s p99 %s",
+			caseName, rep, dur(st.Produced.P50), dur(st.Produced.P99), dur(st.Committed.P50), dur(st.Committed.P99))
+	}
 	p.Say("%s rep %d: %s records at %s records/s (asked %s): p50 %s p99 %s max %s, p99/bound %.2f, kept up %v (input acks p50 %s p99 %s), %v",
 		caseName, rep, count(truth.Records), count(uint64(achieved)), count(uint64(c.Rate)),
 		dur(r.Latency.P50), dur(r.Latency.P99), dur(r.Latency.Max), pc.P99OverBound, pc.KeptUp, dur(pc.Ack.P50), dur(pc.Ack.P99), r.Correct)
@@ -302,6 +332,41 @@ func writeLatencyTable(w io.Writer, cs string, results []Result) {
 			dur(pc.Ack.P50), dur(pc.Ack.P99), r.Correct.Escaped, r.Correct.Lost, valid)
 	}
 	fmt.Fprintln(w)
+	writeStagesTable(w, cs, results)
+}
+
+// writeStagesTable writes where each latency run's time went (see
+// Stages): medians and p99 of each stage, and the job's own cycle.
+func writeStagesTable(w io.Writer, cs string, results []Result) {
+	fmt.Fprintln(w, "| rep | input ack p50 / p99 | stamp to read_uncommitted p50 / p99 | read_uncommitted to read_committed p50 / p99 | end to end p50 / p99 | job cycles | job cycle mean / p50 / p99 (bucket bounds) | job stamp to state commit p50 / p99 |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|")
+	for _, r := range results {
+		if r.Case != cs || r.Paced == nil || r.Paced.Stages == nil || r.Latency == nil {
+			continue
+		}
+		st, pc := r.Paced.Stages, r.Paced
+		jc, jcyc, je := "-", "-", "-"
+		if j := st.Job; j != nil {
+			jc = fmt.Sprint(j.Cycles)
+			jcyc = fmt.Sprintf("%.0f / %.0f / %.0f ms", j.CycleMeanMs, j.CycleP50Ms, j.CycleP99Ms)
+			je = fmt.Sprintf("%.0f / %.0f ms", j.E2EP50Ms, j.E2EP99Ms)
+		}
+		fmt.Fprintf(w, "| %d | %s / %s | %s / %s | %s / %s | %s / %s | %s | %s | %s |\n", r.Rep,
+			durOf(pc.Ack, false), durOf(pc.Ack, true), durOf(st.Produced, false), durOf(st.Produced, true),
+			durOf(st.Committed, false), durOf(st.Committed, true), dur(r.Latency.P50), dur(r.Latency.P99), jc, jcyc, je)
+	}
+	fmt.Fprintln(w)
+}
+
+// durOf is l's p50 (or p99) as dur prints it, "-" when l is nil.
+func durOf(l *Latency, p99 bool) string {
+	switch {
+	case l == nil:
+		return "-"
+	case p99:
+		return dur(l.P99)
+	}
+	return dur(l.P50)
 }
 
 // latencyTargets evaluates issue 13's latency target on the latency rows

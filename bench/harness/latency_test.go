@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -80,13 +81,38 @@ func TestLatencyOnTheEmbeddedBroker(t *testing.T) {
 	if !(l.P50 > 0 && l.P50 <= l.P95 && l.P95 <= l.P99 && l.P99 <= l.Max) || r.Paced.BoundMs != 250 || r.Paced.Ack == nil || r.Paced.Ack.P50 > l.P50 {
 		t.Fatalf("latency %+v, paced %+v", l, r.Paced)
 	}
+	// The stages: every output record was seen read_uncommitted no later
+	// than read_committed, and the job's histograms counted its cycles.
+	st := r.Paced.Stages
+	if st == nil || st.Produced == nil || st.Committed == nil || st.Produced.P50 > l.P50 || st.Produced.P50 < r.Paced.Ack.P50/2 ||
+		st.Job == nil || st.Job.Cycles == 0 || st.Job.CycleP50Ms <= 0 || st.Job.E2EP50Ms <= 0 {
+		t.Fatalf("stages %+v (job %+v), latency %+v", st, st.Job, l)
+	}
 	ts := latencyTargets(Summarise(rs))
 	if len(ts) != 1 || ts[0].Met != (r.Paced.P99OverBound <= 1) || !strings.Contains(ts[0].Measured, CaseLatencyEmbedded) {
 		t.Fatalf("targets %+v for %+v", ts, r.Paced)
 	}
 	var md strings.Builder
 	writeLatencyTable(&md, CaseLatencyEmbedded, rs)
-	if !strings.Contains(md.String(), "| 0 | 100 ms | 6k | 3k |") {
+	if !strings.Contains(md.String(), "| 0 | 100 ms | 6k | 3k |") || !strings.Contains(md.String(), "| job cycles |") {
 		t.Fatalf("table:\n%s", md.String())
+	}
+}
+
+// TestCumHistQuantile: the quantile of a merged cumulative histogram is the
+// upper bound of the bucket holding the q-th sample.
+func TestCumHistQuantile(t *testing.T) {
+	h := cumHist{bounds: []float64{0.1, 0.25, 0.5, 1}, cum: []uint64{10, 60, 99, 100}, count: 100}
+	for _, c := range []struct{ q, want float64 }{{0.05, 0.1}, {0.1, 0.1}, {0.11, 0.25}, {0.5, 0.25}, {0.99, 0.5}, {1, 1}} {
+		if got := h.quantile(c.q); got != c.want {
+			t.Errorf("q %g: %g, want %g", c.q, got, c.want)
+		}
+	}
+	h.count = 101 // one sample above the last bound
+	if got := h.quantile(1); !math.IsInf(got, 1) {
+		t.Errorf("q 1 beyond the last bound: %g, want +Inf", got)
+	}
+	if got := (cumHist{}).quantile(0.5); got != 0 {
+		t.Errorf("empty: %g, want 0", got)
 	}
 }
