@@ -24,6 +24,15 @@
 # key=value per line or separated by spaces, overriding the defaults below; e.g.
 # "num.network.threads=1 num.io.threads=2" for a starved core).
 #
+# Placement on loopback: KAFKA_CPUS=LIST at start pins every node (and each
+# later bounce of one) with taskset -c LIST, so a job pinned elsewhere
+# (dsbench -job-cpus) and the brokers do not share cores; unset, the nodes
+# run wherever the scheduler puts them. On this two-core machine
+# KAFKA_CPUS=1 with the job on core 0 is the "job on its own core" placement
+# of the latency target; the brokers then have one core for three JVMs
+# (docs/benchmarks.md, "Latency decomposition, session 10", says what that
+# costs). The placement is kept in .kafka/data/cpus and shown by status.
+#
 # Netns mode (KAFKA_NET=netns at start; root, ip, taskset and go needed): the
 # brokers run in a network namespace "dsk<base>" behind a veth pair with
 # private addresses 10.A.B.1 (this side) and 10.A.B.2 (the brokers' side),
@@ -215,7 +224,11 @@ EOF
 
 launch() {
 	local n=$1 dir=$data/node-$1 wrap=()
-	if netns; then wrap=(ip netns exec "$ns" taskset -c "$cpus"); fi
+	if netns; then
+		wrap=(ip netns exec "$ns" taskset -c "$cpus")
+	elif [[ -s $data/cpus ]]; then
+		wrap=(taskset -c "$(cat "$data/cpus")")
+	fi
 	# A small heap and the serial collector: several JVMs share two cores.
 	setsid "${wrap[@]}" java -Xms128m -Xmx"$heap" -XX:+UseSerialGC -Djava.awt.headless=true \
 		-Dlog4j2.configurationFile="$repo/testenv/kafka/log4j2.properties" \
@@ -268,6 +281,11 @@ cmd_start() {
 	rm -rf "$data"
 	mkdir -p "$data"
 	echo "$count" >"$data/nodes"
+	if [[ -n ${KAFKA_CPUS:-} && ${KAFKA_NET:-} != netns ]]; then
+		command -v taskset >/dev/null || die "KAFKA_CPUS needs taskset (util-linux)"
+		taskset -c "$KAFKA_CPUS" true 2>/dev/null || die "KAFKA_CPUS: $KAFKA_CPUS is not a cpu list of this machine (0-$(($(nproc) - 1)))"
+		echo "$KAFKA_CPUS" >"$data/cpus"
+	fi
 	if [[ ${KAFKA_NET:-} == netns ]]; then
 		echo netns >"$data/net"
 		# A start that fails half way leaves no namespace or node behind.
@@ -338,7 +356,7 @@ cmd_status() {
 	local n state
 	for n in $(nodes); do
 		state=stopped
-		running "$n" && state="running pid $(pid_of "$n")"
+		running "$n" && state="running pid $(pid_of "$n") cpus $(taskset -cp "$(pid_of "$n")" 2>/dev/null | sed 's/.*: //')"
 		echo "node $n $(node_ip):$(client_port "$n") $state"
 	done
 }
