@@ -91,7 +91,11 @@
 //     the previous EndTxn, coordinator moves or loading, leader changes) are
 //     retried inside the call with exponential backoff and jitter; the error
 //     is returned only when RetryTimeout is spent. Abort and run the cycle
-//     again.
+//     again. AddPartitionsToTxn and AddOffsetsToTxn refused with
+//     CONCURRENT_TRANSACTIONS (the previous transaction's markers are still
+//     being written, which the next cycle's first request meets almost every
+//     time) are polled every Config.PendingEndPoll instead, so the wait ends
+//     within a poll of the markers.
 //   - fenced: errors.Is(err, ErrFenced). A newer producer owns the
 //     transactional id, or the consumer group moved on to a new generation.
 //     The stage must stop writing. A bumped producer epoch comes as a
