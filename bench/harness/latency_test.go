@@ -112,6 +112,12 @@ func TestCumHistQuantile(t *testing.T) {
 	if got := h.quantile(1); !math.IsInf(got, 1) {
 		t.Errorf("q 1 beyond the last bound: %g, want +Inf", got)
 	}
+	if got, want := h.quantileMs(1), -1.0; got != want {
+		t.Errorf("q 1 beyond the last bound in ms: %g, want %g", got, want)
+	}
+	if got, want := h.quantileMs(0.5), 250.0; got != want {
+		t.Errorf("q 0.5 in ms: %g, want %g", got, want)
+	}
 	if got := (cumHist{}).quantile(0.5); got != 0 {
 		t.Errorf("empty: %g, want 0", got)
 	}

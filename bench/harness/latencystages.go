@@ -37,7 +37,9 @@ type Stages struct {
 	Job *JobTimes `json:"job,omitempty"`
 }
 
-// JobTimes is a summary of the job's latency histograms.
+// JobTimes is a summary of the job's latency histograms. A percentile
+// beyond the histogram's last bound (records stamped long before they were
+// produced, as the e2e cases' workload timestamps are) is -1.
 type JobTimes struct {
 	Cycles      uint64  `json:"cycles"`        // committed cycles that read records
 	CycleMeanMs float64 `json:"cycle_mean_ms"` // mean cycle, first batch to state commit
@@ -68,11 +70,11 @@ func jobTimes(c prometheus.Collector) *JobTimes {
 			if h.count > 0 {
 				jt.CycleMeanMs = h.sum / float64(h.count) * 1e3
 			}
-			jt.CycleP50Ms, jt.CycleP99Ms = h.quantile(0.5)*1e3, h.quantile(0.99)*1e3
+			jt.CycleP50Ms, jt.CycleP99Ms = h.quantileMs(0.5), h.quantileMs(0.99)
 			found = true
 		case "dedupstream_end_to_end_latency_seconds":
 			h := mergeHist(mf.GetMetric())
-			jt.E2EP50Ms, jt.E2EP99Ms = h.quantile(0.5)*1e3, h.quantile(0.99)*1e3
+			jt.E2EP50Ms, jt.E2EP99Ms = h.quantileMs(0.5), h.quantileMs(0.99)
 			found = true
 		}
 	}
@@ -123,6 +125,16 @@ func (h cumHist) quantile(q float64) float64 {
 		}
 	}
 	return math.Inf(1)
+}
+
+// quantileMs is quantile in milliseconds, -1 for +Inf (JSON has no
+// infinity: the child's stats line would not encode).
+func (h cumHist) quantileMs(q float64) float64 {
+	v := h.quantile(q)
+	if math.IsInf(v, 1) {
+		return -1
+	}
+	return v * 1e3
 }
 
 // stageProbe reads the output read_uncommitted and notes when each
