@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dedupstream/dedupstream/bench/workload"
@@ -46,6 +47,11 @@ type E2ECase struct {
 	MaxInFlight  int
 	NoFetchAhead bool
 	Dir          string // parent of the state directories
+	// TimedProfile, when not empty, is the prefix of a CPU profile of
+	// each job run's timed span alone (ready to caught up):
+	// TimedProfile-SYSTEM-REP.pprof. The profile is of the whole process,
+	// so it holds the embedded broker's and the harness's work too.
+	TimedProfile string
 }
 
 // RunE2E runs an end-to-end case and returns one result per system and rep.
@@ -88,10 +94,14 @@ func RunE2E(ctx context.Context, c E2ECase, p *Progress) ([]Result, error) {
 			}
 			mem := startMemProbe()
 			var took time.Duration
+			prof := ""
+			if c.TimedProfile != "" {
+				prof = fmt.Sprintf("%s-%s-%d.pprof", c.TimedProfile, sys, rep)
+			}
 			if sys == SysCopy {
-				took, err = runCopy(ctx, c, brokers, raw, name, cl, ends, p)
+				took, err = runCopy(ctx, c, brokers, raw, name, cl, ends, p, prof)
 			} else {
-				took, err = runDedup(ctx, c, brokers, raw, name, cl, ends, p, &r)
+				took, err = runDedup(ctx, c, brokers, raw, name, cl, ends, p, &r, prof)
 			}
 			if err != nil {
 				return results, fmt.Errorf("%s rep %d: %w", sys, rep, err)
@@ -334,7 +344,8 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, group string, ends map[s
 }
 
 // runCopy runs the copy job over the raw topics into out.
-func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress) (time.Duration, error) {
+// prof, when not empty, is where the CPU profile of the timed span goes.
+func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress, prof string) (time.Duration, error) {
 	cj := newCopyJob(c, brokers, raw, out)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -347,10 +358,15 @@ func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, 
 	case err := <-done:
 		return 0, fmt.Errorf("copy job stopped before it was ready: %v", err)
 	}
+	stopProfile := startCPUProfile(prof, p)
+	use := startUsage()
 	if err := waitCommitted(ctx, cl, out, ends, done, p, "copy-job "+out, start); err != nil {
+		stopProfile()
 		return 0, err
 	}
 	took := time.Since(start)
+	use.report(p, "copy-job "+out, ends)
+	stopProfile()
 	cancel()
 	if err := <-done; err != nil {
 		return 0, err
@@ -474,18 +490,24 @@ func startDedup(ctx context.Context, c E2ECase, brokers, raw []string, out strin
 	return rj, nil
 }
 
-// runDedup runs the real job (job.New, Run) over the raw topics into out.
-func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress, r *Result) (time.Duration, error) {
+// runDedup runs the real job (job.New, Run) over the raw topics into out;
+// prof as runCopy's.
+func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress, r *Result, prof string) (time.Duration, error) {
 	rj, err := startDedup(ctx, c, brokers, raw, out)
 	if err != nil {
 		return 0, err
 	}
 	start := time.Now()
+	stopProfile := startCPUProfile(prof, p)
+	use := startUsage()
 	if err := waitCommitted(ctx, cl, out, ends, rj.done, p, "dedupstream "+out, start); err != nil {
+		stopProfile()
 		rj.stop()
 		return 0, err
 	}
 	took := time.Since(start)
+	use.report(p, "dedupstream "+out, ends)
+	stopProfile()
 	disk := dirBytes(filepath.Join(rj.dir, "state"))
 	if err := rj.stop(); err != nil {
 		return 0, err
@@ -544,4 +566,35 @@ func readBack(ctx context.Context, brokers []string, topic string, partitions in
 		})
 	}
 	return nil
+}
+
+// usage is the process's CPU time and minor page faults at a moment.
+type usage struct {
+	cpu    float64 // user + system seconds
+	minflt int64
+}
+
+func startUsage() usage {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return usage{}
+	}
+	return usage{cpu: float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9, minflt: ru.Minflt}
+}
+
+// report says the process CPU and minor faults per input record since u
+// (the whole process: with the embedded broker its work is in it too).
+func (u usage) report(p *Progress, what string, ends map[string][]int64) {
+	var n int64
+	for _, e := range ends {
+		for _, o := range e {
+			n += o
+		}
+	}
+	now := startUsage()
+	if n == 0 || u.cpu == 0 {
+		return
+	}
+	p.Say("%s: timed span %.3f us of process CPU per record, %.4f minor faults per record (process-wide)",
+		what, (now.cpu-u.cpu)*1e6/float64(n), float64(now.minflt-u.minflt)/float64(n))
 }
