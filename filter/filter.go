@@ -162,7 +162,8 @@ func (f *Filter) Live(gen uint64) bool {
 // first sub-filters are cleared and reused, so Advance never allocates; the
 // sub-filters they grew are released. A gen below Current is ignored, so a
 // clock that steps back cannot drop live keys. Clearing costs one memclr of
-// a first sub-filter per generation dropped.
+// a first sub-filter per generation dropped that held a key; one that never
+// did is left as it is.
 func (f *Filter) Advance(gen uint64) {
 	if gen <= f.cur {
 		return
@@ -193,7 +194,15 @@ func (f *Filter) reset(idx int) {
 	}
 	clear(s.subs[1:])
 	s.subs = s.subs[:1]
-	s.subs[0].bf.ClearAll()
+	// Every bit is set through insertPattern or ReadFrom, which count it:
+	// a first sub-filter with no bit counted is all zero already, and
+	// clearing it would only write its pages (and fault in those never
+	// touched: a window that is not yet full, as in a new job, rotates
+	// into generations that never held a key, each a memclr of a whole
+	// sub-filter on the stage's goroutine).
+	if s.subs[0].ones != 0 {
+		s.subs[0].bf.ClearAll()
+	}
 	s.subs[0].ones = 0
 	s.subs[0].full = f.full0
 	s.added = 0
