@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"os"
 	"path/filepath"
+	"runtime/trace"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +53,10 @@ type E2ECase struct {
 	// TimedProfile-SYSTEM-REP.pprof. The profile is of the whole process,
 	// so it holds the embedded broker's and the harness's work too.
 	TimedProfile string
+	// TimedTrace, when not empty, is the prefix of a Go execution trace
+	// (runtime/trace) of each job run from ready to stopped:
+	// TimedTrace-SYSTEM-REP.trace (go tool trace).
+	TimedTrace string
 }
 
 // RunE2E runs an end-to-end case and returns one result per system and rep.
@@ -94,9 +99,12 @@ func RunE2E(ctx context.Context, c E2ECase, p *Progress) ([]Result, error) {
 			}
 			mem := startMemProbe()
 			var took time.Duration
-			prof := ""
+			var prof timedOut
 			if c.TimedProfile != "" {
-				prof = fmt.Sprintf("%s-%s-%d.pprof", c.TimedProfile, sys, rep)
+				prof.profile = fmt.Sprintf("%s-%s-%d.pprof", c.TimedProfile, sys, rep)
+			}
+			if c.TimedTrace != "" {
+				prof.trace = fmt.Sprintf("%s-%s-%d.trace", c.TimedTrace, sys, rep)
 			}
 			if sys == SysCopy {
 				took, err = runCopy(ctx, c, brokers, raw, name, cl, ends, p, prof)
@@ -344,8 +352,8 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, group string, ends map[s
 }
 
 // runCopy runs the copy job over the raw topics into out.
-// prof, when not empty, is where the CPU profile of the timed span goes.
-func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress, prof string) (time.Duration, error) {
+// prof names where the CPU profile and the trace of the timed span go.
+func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress, prof timedOut) (time.Duration, error) {
 	cj := newCopyJob(c, brokers, raw, out)
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -358,7 +366,7 @@ func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, 
 	case err := <-done:
 		return 0, fmt.Errorf("copy job stopped before it was ready: %v", err)
 	}
-	stopProfile := startCPUProfile(prof, p)
+	stopProfile := prof.start(p)
 	use := startUsage()
 	if err := waitCommitted(ctx, cl, out, ends, done, p, "copy-job "+out, start); err != nil {
 		stopProfile()
@@ -492,13 +500,13 @@ func startDedup(ctx context.Context, c E2ECase, brokers, raw []string, out strin
 
 // runDedup runs the real job (job.New, Run) over the raw topics into out;
 // prof as runCopy's.
-func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress, r *Result, prof string) (time.Duration, error) {
+func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string, cl *kgo.Client, ends map[string][]int64, p *Progress, r *Result, prof timedOut) (time.Duration, error) {
 	rj, err := startDedup(ctx, c, brokers, raw, out)
 	if err != nil {
 		return 0, err
 	}
 	start := time.Now()
-	stopProfile := startCPUProfile(prof, p)
+	stopProfile := prof.start(p)
 	use := startUsage()
 	if err := waitCommitted(ctx, cl, out, ends, rj.done, p, "dedupstream "+out, start); err != nil {
 		stopProfile()
@@ -597,4 +605,33 @@ func (u usage) report(p *Progress, what string, ends map[string][]int64) {
 	}
 	p.Say("%s: timed span %.3f us of process CPU per record, %.4f minor faults per record (process-wide)",
 		what, (now.cpu-u.cpu)*1e6/float64(n), float64(now.minflt-u.minflt)/float64(n))
+}
+
+// timedOut names the outputs of a job run's timed span: a CPU profile and
+// a Go execution trace (empty: none).
+type timedOut struct{ profile, trace string }
+
+// start starts them and returns what stops them.
+func (o timedOut) start(p *Progress) (stop func()) {
+	stopProfile := startCPUProfile(o.profile, p)
+	if o.trace == "" {
+		return stopProfile
+	}
+	f, err := os.Create(o.trace)
+	if err == nil {
+		if err = trace.Start(f); err != nil {
+			f.Close()
+		}
+	}
+	if err != nil {
+		p.Say("trace: %v", err)
+		return stopProfile
+	}
+	return func() {
+		trace.Stop()
+		if err := f.Close(); err != nil {
+			p.Say("trace: %v", err)
+		}
+		stopProfile()
+	}
 }

@@ -153,9 +153,9 @@ func RunKafka(ctx context.Context, c KafkaCase, p *Progress) ([]Result, error) {
 					r.JobProcess += " on cores " + c.JobProc.CPUs
 				}
 			case a.System == SysCopy:
-				took, err = runCopy(ctx, ec, brokers, raw, name, cl, ends, p, "")
+				took, err = runCopy(ctx, ec, brokers, raw, name, cl, ends, p, timedOut{})
 			case a.System == SysDedup:
-				took, err = runDedup(ctx, ec, brokers, raw, name, cl, ends, p, &r, "")
+				took, err = runDedup(ctx, ec, brokers, raw, name, cl, ends, p, &r, timedOut{})
 			case a.System == SysProducerPerf:
 				err = createTopics(ctx, cl, []string{name}, spec.Partitions, c.E2E.Replication)
 				if err == nil {

@@ -103,6 +103,7 @@ func run(args []string) int {
 	dir := fs.String("dir", "", "parent of state directories (default the system temp dir)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	timedProfile := fs.String("timed-cpuprofile", "", "sweep: write a CPU profile of each point's timed records alone to this path plus -KEYS.pprof; e2e: of each job run's timed span to this path plus -SYSTEM-REP.pprof (not with -cpuprofile)")
+	timedTrace := fs.String("timed-trace", "", "e2e: write a Go execution trace of each job run's timed span to this path plus -SYSTEM-REP.trace (go tool trace)")
 	heapProfile := fs.String("heapprofile", "", "sweep: write a heap profile of the stage at the end of each pre-fill to this path plus -KEYS.pprof")
 	latRate := fs.Float64("rate", 0, "latency: input records/s produced while the job runs (0: -rate-frac of the maximum)")
 	latFrac := fs.Float64("rate-frac", 0.5, "latency: without -rate, this share of the job's records/s measured first by e2e in the same run")
@@ -297,7 +298,7 @@ func run(args []string) int {
 		sp.Partitions, sp.Topics = or(*partitions, p.partitions), or(*topics, topics0)
 		c := harness.E2ECase{Spec: sp, Records: n, Reps: or(*reps, p.reps), Replication: int16(*replication),
 			Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax,
-			MaxInFlight: *maxInFlight, NoFetchAhead: *noAhead, TimedProfile: *timedProfile}
+			MaxInFlight: *maxInFlight, NoFetchAhead: *noAhead, TimedProfile: *timedProfile, TimedTrace: *timedTrace}
 		if *brokers != "" {
 			c.Brokers = strings.Split(*brokers, ",")
 		} else {
