@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/xml"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -152,6 +154,8 @@ func TestEndToEndOnTheEmbeddedBroker(t *testing.T) {
 		Reps:     1,
 		Interval: 50 * time.Millisecond, MaxRecords: 5_000, Replication: 1, Dir: t.TempDir(),
 	}
+	out := t.TempDir()
+	c.TimedProfile, c.TimedTrace = filepath.Join(out, "cpu"), filepath.Join(out, "trace")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	rs, err := RunE2E(ctx, c, quiet())
@@ -160,6 +164,12 @@ func TestEndToEndOnTheEmbeddedBroker(t *testing.T) {
 	}
 	if len(rs) != 2 {
 		t.Fatalf("%d results, want 2", len(rs))
+	}
+	// One CPU profile and one execution trace of each job run's timed span.
+	for _, f := range []string{"cpu-copy-job-0.pprof", "cpu-dedupstream-0.pprof", "trace-copy-job-0.trace", "trace-dedupstream-0.trace"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("timed-span output %s: %v (size %d)", f, err, sizeOf(st))
+		}
 	}
 	for _, r := range rs {
 		if !r.Valid || r.Case != CaseE2EEmbedded || r.Records != 20_000 || r.RecordsPerSec <= 0 {
@@ -178,4 +188,11 @@ func TestEndToEndOnTheEmbeddedBroker(t *testing.T) {
 			t.Errorf("unexpected system %q", r.System)
 		}
 	}
+}
+
+func sizeOf(st os.FileInfo) int64 {
+	if st == nil {
+		return -1
+	}
+	return st.Size()
 }
