@@ -50,12 +50,10 @@ import (
 // registry until the run leaves it and by each Reader that captured the
 // run; the last holder closes the files.
 type runBlocks struct {
-	files   []blockFile
-	open    *openFiles // closed by the last holder, or by a cleanup if the run was never recorded
-	mem     int        // bytes of fences and offsets
-	refs    atomic.Int32
-	dropped atomic.Bool
-	release func() // of the reservation; nil once released
+	holds
+	files []blockFile
+	open  *openFiles // closed by the last holder, or by a cleanup if the run was never recorded
+	mem   int        // bytes of fences and offsets
 }
 
 // blockFile is one sstable file of a run.
@@ -77,7 +75,7 @@ const maxOwnBlock = 64 << 10
 // through Pebble, which is correct, only slower.
 func (s *Store) openRunBlocks(gen, id uint64, paths []string) (*runBlocks, error) {
 	rb := &runBlocks{open: &openFiles{}}
-	rb.refs.Store(1)
+	rb.init()
 	var prefix [runPrefixLen]byte
 	putRunPrefix(prefix[:], gen, id)
 	for _, p := range paths {
@@ -255,38 +253,18 @@ func alignedBytes(buf *[]uint64, n int) []byte {
 	return unsafeBytes(*buf)[:n]
 }
 
-// acquire takes a Reader's hold of rb; false if its files are closed.
-func (rb *runBlocks) acquire() bool {
-	for {
-		r := rb.refs.Load()
-		if r <= 0 {
-			return false
-		}
-		if rb.refs.CompareAndSwap(r, r+1) {
-			return true
-		}
-	}
-}
-
 // unref drops one hold of rb (rb may be nil); the last closes its files.
 func (rb *runBlocks) unref() {
-	if rb != nil && rb.refs.Add(-1) == 0 {
+	if rb != nil && rb.holds.unref() {
 		rb.open.close()
 	}
 }
 
 // drop releases the reservation and the registry's hold (once; rb may be
-// nil).
+// nil); if no Reader holds rb, its files close now.
 func (rb *runBlocks) drop() {
-	if rb == nil {
-		return
-	}
-	if rb.release != nil {
-		rb.release()
-		rb.release = nil
-	}
-	if rb.dropped.CompareAndSwap(false, true) {
-		rb.unref()
+	if rb != nil && rb.holds.drop() {
+		rb.open.close()
 	}
 }
 

@@ -228,7 +228,7 @@ func (w *runFilterWriter) Finish(dst []byte) []byte {
 // block cache: about 1.5 us per run, which a miss paid for every run of
 // its generation). Its bytes are counted by the block cache while the run
 // is live (a reservation: a Budget counts it among the stores' own memory,
-// a cache of the store's own shrinks by it), 1.25 bytes per key; Pebble
+// a cache of the store's own shrinks by it), 1 byte per key; Pebble
 // carries none for runs (layout 3): Open reads each run's filter back
 // from the chunks its run writer stored after its packs (packs.go).
 //
@@ -236,16 +236,14 @@ func (w *runFilterWriter) Finish(dst []byte) []byte {
 // (memalloc.go), where the collector neither counts it toward its target
 // (GOGC kept half of it again as headroom) nor waits to free it: it is
 // unmapped the moment its last holder lets go. Its holders are counted
-// (refs): the run registry from the run's writing until the run is merged
+// (holds): the run registry from the run's writing until the run is merged
 // or expired (drop), and each Reader's iterator of the run (acquire,
 // unref). A filter that never became a run's (a split run, a failed
 // write) is unmapped by a cleanup once unreachable.
 type memFilter struct {
-	f       []byte
-	mem     *filterMem // f's memory when off the heap, else nil
-	refs    atomic.Int32
-	dropped atomic.Bool
-	release func() // of the reservation; nil once released
+	holds
+	f   []byte
+	mem *filterMem // f's memory when off the heap, else nil
 }
 
 // memFilterMapMin is the smallest filter kept outside the Go heap: smaller
@@ -268,7 +266,7 @@ func (m *filterMem) free() {
 // and, once recorded, the registry (refs 1).
 func newMemFilter(size int) *memFilter {
 	mf := &memFilter{}
-	mf.refs.Store(1)
+	mf.init()
 	if size < memFilterMapMin {
 		mf.f = make([]byte, size)
 		return mf
@@ -279,25 +277,11 @@ func newMemFilter(size int) *memFilter {
 	return mf
 }
 
-// acquire takes a Reader's hold of m; false if m was already freed (its run
-// left the registry and no Reader holds it): the caller then reads the run
-// through Pebble's filter.
-func (m *memFilter) acquire() bool {
-	for {
-		r := m.refs.Load()
-		if r <= 0 {
-			return false
-		}
-		if m.refs.CompareAndSwap(r, r+1) {
-			return true
-		}
-	}
-}
-
-// unref drops one hold of m (m may be nil); the last frees its memory.
+// unref drops one hold of m (m may be nil): a Reader's, or a split run's
+// part whose bits another part took; the last unmaps its memory.
 func (m *memFilter) unref() {
-	if m != nil && m.refs.Add(-1) == 0 && m.mem != nil {
-		m.mem.free()
+	if m != nil && m.holds.unref() {
+		m.free()
 	}
 }
 
@@ -305,15 +289,15 @@ func (m *memFilter) unref() {
 // it (m may be nil; once per filter): the memory returns when the last
 // Reader holding the run lets go of it.
 func (m *memFilter) drop() {
-	if m == nil {
-		return
+	if m != nil && m.holds.drop() {
+		m.free()
 	}
-	if m.release != nil {
-		m.release()
-		m.release = nil
-	}
-	if m.dropped.CompareAndSwap(false, true) {
-		m.unref()
+}
+
+// free unmaps m's memory if it is off the heap (the heap's goes with m).
+func (m *memFilter) free() {
+	if m.mem != nil {
+		m.mem.free()
 	}
 }
 
