@@ -27,7 +27,7 @@ import (
 //
 // rounded down to 64 KiB and capped at MaxPlannedMemTableSize keeps the
 // reservations to at most half of the budget. The other half (at least)
-// holds the run filters the stores keep in memory (1 byte per key,
+// holds the run filters the stores keep in memory (at most 1 byte per key,
 // reserved by each store as its runs are recorded, filter.go) and sstable
 // index blocks, which every Get needs: ~0.6 % of the data.
 //
@@ -340,7 +340,7 @@ const runIndexRatio = 160
 
 // blockNeed returns the index blocks of rs's runs, which every probe of a
 // run reads from the cache, their bytes (data), and the bytes of the
-// filters kept in memory (kept; 8 bits per key, filter.go). Runs carry no
+// filters kept in memory (kept; 5-8 bits per key, filter.go). Runs carry no
 // Pebble filter block (layout 3): a run whose filter is in memory needs
 // only its index blocks from the cache (the kept filter is reserved on its
 // own, keepFilters), and so does one whose filter could not be read at

@@ -338,11 +338,14 @@
 // first, stopping at the first hit: the run's filter in memory, then, if
 // it may hold the key, one SeekGE to the pack that can hold it and a binary
 // search in the pack. A run's filter is the store's own (filter.go): a
-// blocked Bloom filter of 8 bits per key (2.5 % false positives measured;
-// 10 bits, 0.94-1.0 %, until session 7) sized when the run is written and
+// blocked Bloom filter of 8 bits per key for a flush's run (2.5 % false
+// positives measured; 10 bits, 0.94-1.0 %, until session 7) and 5 bits for
+// a larger one, a merge's or a bulk load's (~14 %; since session 10: a
+// generation's oldest runs, which reads reach last, hold most of its keys,
+// filter.go runFilterBitsLarge), sized when the run is written and
 // set from its hashes as the run writer takes them (the sstables carry no
 // Pebble filter: a pack's key is no hash a lookup asks for), so a merge
-// holds 1 byte per key of its output where Pebble's writer held a 4-byte
+// holds at most 1 byte per key of its output where Pebble's writer held a 4-byte
 // hash per key until the table ended. A run key's filter block is taken
 // from its hash's high bits (filter v2), so a
 // run, written in hash order, sets its filter block after block: the
@@ -352,13 +355,13 @@
 //
 // The store keeps the filter of every run it writes in memory, off the Go
 // heap (reserved in the block cache, so the cache shrinks by 1 byte per
-// key; unmapped when the run is merged or expired and the last Reader
+// key of leaves, 5/8 of one in larger runs; unmapped when the run is merged or expired and the last Reader
 // holding it let go, filter.go) and probes a run there before entering
 // Pebble: a miss of a run costs no iterator seek (in layout 2, Pebble's
 // filter block: about 1.5 us per run). BenchmarkMergePolicy, 4M keys, 16
 // runs: a miss 4.3 us before, 2.3 us with the filters in memory (layout 2,
 // one run each, machine at load 25). Open reads every run's filter back
-// from its chunks (1 byte per key: 10 MB at 10M keys); a run without a
+// from its chunks (at most 1 byte per key: 10 MB at 10M keys); a run without a
 // readable filter is probed by seeking it, which is correct, only slower.
 //
 // A Reader keeps one Pebble iterator per run, bounded to the run's key

@@ -20,9 +20,10 @@ import (
 // a run of 25M keys (one generation at 100M keys) held 100 MB of hashes,
 // which the Go runtime then kept as heap headroom. This one holds only the
 // filter itself: runFilterBitsPerKey, 8 bits (1 byte) per key, about
-// 2.5 % false positives (10 bits, 1 %, until session 7). It reads a run
-// key's hash bits directly (they are uniform),
-// other keys through FNV-1a.
+// 2.5 % false positives (10 bits, 1 %, until session 7), or
+// runFilterBitsLarge, 5 bits, for runs larger than leaves (runFilterBits).
+// It reads a run key's hash bits directly (they are uniform), other keys
+// through FNV-1a.
 //
 // A run key's block is the high bits of its hash (v2): runs are written in
 // hash order, so the writer sets its bits block after block instead of at
@@ -37,6 +38,7 @@ import (
 // Options.Filters still names, so all are read.
 type runFilter struct {
 	keys uint64 // keys the writer is sized for (reads ignore it)
+	bits uint64 // bits per key the writer gives them (0: runFilterBitsPerKey)
 	v1   bool   // the filter of tables written before v2 (reads only)
 	// keep, when set, receives the finished filter, which the writer
 	// builds in memory of its own (the run's writer keeps it: see
@@ -74,13 +76,56 @@ func (f runFilter) Name() string {
 // The stage reads the store for ~2.7 % of its records, most of them
 // confirming (a miss is a false positive of its front, ~0.7 % of new
 // keys): under 0.01 us per record, for 0.25 bytes per key less. A filter
-// records its own size, so filters of every size are read.
+// records its own size, so filters of every size are read. It is the
+// size of a leaf run's filter (runFilterBits); larger runs get
+// runFilterBitsLarge.
 var runFilterBitsPerKey uint64 = 8
 
-// runFilterBlocks is the filter size, in blocks, for n keys at
-// runFilterBitsPerKey.
-func runFilterBlocks(n uint64) uint64 {
-	return max(1, (n*runFilterBitsPerKey+runFilterBlockBits-1)/runFilterBlockBits)
+// runFilterBitsLarge is the size per key of the filter of a run of more
+// than runFilterLargeLeaves leaves' keys (a merge's output, a bulk load's
+// run): 5 bits, ~14 % false positives with runFilterProbes probes, where a
+// leaf's 8 bits give 2.5 %. Since session 10.
+//
+// A generation's runs are probed newest first and a merge takes the
+// oldest runs of a tier, so the large runs are the generation's oldest:
+// a read reaches them only when the key is in one of them or in none
+// (a false positive of the stage's front). Their filters hold most of the
+// keys (at 100M keys in 4 generations, 2 merged runs of ~9.6M keys per
+// generation beside a few leaves of 1.2M: ~77 % of the keys) and serve
+// the fewest probes, so their bits per key buy the least: at 5 bits the
+// store keeps ~0.3 bytes per key less (~28 MiB at 100M keys) and pays a
+// data block read (~13 us since reads pread one block, blocks.go) for
+// ~11 % more of the probes those runs see: by a model of the 100M sweep
+// (0.0065 front false positives per record probing ~2 large runs, 0.0075
+// hours-old repeats found in them), ~0.002 block reads, ~0.02 us of CPU
+// per record. docs/benchmarks.md, "RSS at 100M keys, session 10", has the
+// measured figures. A filter records its size and reads do not need its
+// bits per key, so stores written before keep their filters.
+var runFilterBitsLarge uint64 = 5
+
+// runFilterLargeLeaves is how many leaves' keys a run holds at most and
+// still gets a leaf's filter (runFilterBits): a leaf holds up to memFull's
+// 1.2 x memKeys (the last Commit's overshoot), so 2 keeps every flush's
+// run a leaf's and every merge's (at least fanout leaves) a large one's.
+const runFilterLargeLeaves = 2
+
+// runFilterBits is the bits per key of the filter of a run of keys keys in
+// a store whose leaves hold leafKeys (memKeys): runFilterBitsPerKey for a
+// leaf, runFilterBitsLarge for a larger run.
+func runFilterBits(keys, leafKeys uint64) uint64 {
+	if keys > runFilterLargeLeaves*leafKeys {
+		return runFilterBitsLarge
+	}
+	return runFilterBitsPerKey
+}
+
+// runFilterBlocks is the filter size, in blocks, for n keys at bits per key
+// (0: runFilterBitsPerKey).
+func runFilterBlocks(n, bits uint64) uint64 {
+	if bits == 0 {
+		bits = runFilterBitsPerKey
+	}
+	return max(1, (n*bits+runFilterBlockBits-1)/runFilterBlockBits)
 }
 
 // filterHash returns the two hashes of key: which block (mapped onto the
@@ -137,7 +182,7 @@ func (rf runFilter) MayContain(_ pebble.FilterType, f, key []byte) bool {
 // NewWriter implements pebble.FilterPolicy: a writer whose filter is
 // allocated now, for f.keys keys.
 func (f runFilter) NewWriter(pebble.FilterType) pebble.FilterWriter {
-	n := runFilterBlocks(f.keys)
+	n := runFilterBlocks(f.keys, f.bits)
 	size := int(n*runFilterBlockBytes + runFilterTrailer)
 	w := &runFilterWriter{blocks: n, v1: f.v1, keep: f.keep}
 	if f.keep != nil {

@@ -20,12 +20,14 @@ import (
 func TestRunFilter(t *testing.T) {
 	for _, c := range []struct {
 		sized, added int
-		meta         bool // also add as many keys that are not run keys
-		v1           bool // the filter of tables written before v2
-	}{{100_000, 100_000, false, false}, {200_000, 100_000, true, false}, {400_000, 100_000, false, false}, {1, 3, true, false}, {0, 50, false, false},
-		{100_000, 100_000, false, true}, {200_000, 100_000, true, true}} {
-		t.Run(fmt.Sprintf("sized=%d/added=%d/meta=%t/v1=%t", c.sized, c.added, c.meta, c.v1), func(t *testing.T) {
-			p := runFilter{keys: uint64(c.sized), v1: c.v1}
+		meta         bool   // also add as many keys that are not run keys
+		v1           bool   // the filter of tables written before v2
+		bits         uint64 // bits per key (0: runFilterBitsPerKey)
+	}{{100_000, 100_000, false, false, 0}, {200_000, 100_000, true, false, 0}, {400_000, 100_000, false, false, 0}, {1, 3, true, false, 0}, {0, 50, false, false, 0},
+		{100_000, 100_000, false, true, 0}, {200_000, 100_000, true, true, 0},
+		{100_000, 100_000, false, false, runFilterBitsLarge}, {200_000, 100_000, true, false, runFilterBitsLarge}} {
+		t.Run(fmt.Sprintf("sized=%d/added=%d/meta=%t/v1=%t/bits=%d", c.sized, c.added, c.meta, c.v1, c.bits), func(t *testing.T) {
+			p := runFilter{keys: uint64(c.sized), v1: c.v1, bits: c.bits}
 			w := p.NewWriter(pebble.TableFilter)
 			var k [bucketKeyLen]byte
 			for i := range c.added {
@@ -65,7 +67,14 @@ func TestRunFilter(t *testing.T) {
 			// e^(-k/b))^k (0.82 % at 10 bits, 2.3 % at 8); a blocked
 			// filter pays a little for its one cache line per key.
 			// (Plus a few hits: at 32 bits the rate is ~1e-5.)
-			limit := 1.5*bloomRate(float64(runFilterBitsPerKey)*float64(c.sized)/float64(added)) + 5.0/probes
+			bits := c.bits
+			if bits == 0 {
+				bits = runFilterBitsPerKey
+			}
+			if got, want := len(f), int(runFilterBlocks(uint64(c.sized), bits))*runFilterBlockBytes+runFilterTrailer; got != want {
+				t.Fatalf("filter of %d bytes, want %d (%d bits for each of %d keys)", got, want, bits, c.sized)
+			}
+			limit := 1.5*bloomRate(float64(bits)*float64(c.sized)/float64(added)) + 5.0/probes
 			t.Logf("false-positive rate %.4f", float64(fp)/probes)
 			if rate := float64(fp) / probes; rate > limit {
 				t.Errorf("false-positive rate %.4f, want <= %.3f", rate, limit)

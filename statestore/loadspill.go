@@ -379,7 +379,7 @@ func (s *Store) writeLoadPart(p *loadPart, spills []spillFile, mem []memEntry, m
 			_ = w.Close()
 		}
 	}()
-	pw := newPackWriter(w, p.gen, p.id, s.opts.packKeysOrDefault(), s.opts.VersionMode, p.runKeys)
+	pw := newPackWriter(w, p.gen, p.id, s.opts.packKeysOrDefault(), s.opts.VersionMode, p.runKeys, runFilterBits(p.runKeys, s.memKeys))
 	emit := func(h partition.Hash, v uint64) error {
 		p.written++
 		return pw.add(h, v)

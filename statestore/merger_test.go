@@ -153,3 +153,58 @@ func TestMergeOfExpiredGeneration(t *testing.T) {
 	defer mustClose(t, s)
 	check(s, "after a reopen")
 }
+
+// TestRunFilterBitsBySize: a flush's runs (leaves) keep filters of
+// runFilterBitsPerKey bits per key, a merge's run one of
+// runFilterBitsLarge (its keys, a generation's oldest, are probed least),
+// and every key is still found in the merged run, before and after a
+// reopen (which reads the smaller filter back from its chunks).
+func TestRunFilterBitsBySize(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := testOptions(fs)
+	s := mustOpen(t, "db", opts)
+	fan := s.merge.fanout
+	release := make(chan struct{})
+	s.mg.w.post(func() { <-release })
+	keys := fillIndexes(t, s, 1, 0, fan)
+	if err := s.settleFlushes(); err != nil {
+		t.Fatal(err)
+	}
+	sizeOf := func(r run) (got, want int, bits uint64) {
+		bits = runFilterBits(r.keys, s.memKeys)
+		return len(r.filter.f), int(runFilterBlocks(r.keys, bits))*runFilterBlockBytes + runFilterTrailer, bits
+	}
+	leaves := s.runs.Load().of(1)
+	if len(leaves) != fan {
+		t.Fatalf("%d runs before the merge, want %d leaves", len(leaves), fan)
+	}
+	for _, r := range leaves {
+		if got, want, bits := sizeOf(r); bits != runFilterBitsPerKey || got != want {
+			t.Fatalf("leaf run %d of %d keys: filter of %d bytes at %d bits per key, want %d bytes at %d", r.id, r.keys, got, bits, want, runFilterBitsPerKey)
+		}
+	}
+	close(release)
+	if err := s.settle(); err != nil {
+		t.Fatal(err)
+	}
+	merged := s.runs.Load().of(1)
+	if len(merged) != 1 {
+		t.Fatalf("%d runs after the merge, want 1", len(merged))
+	}
+	r := merged[0]
+	if got, want, bits := sizeOf(r); bits != runFilterBitsLarge || got != want {
+		t.Fatalf("merged run of %d keys: filter of %d bytes at %d bits per key, want %d bytes at %d", r.keys, got, bits, want, runFilterBitsLarge)
+	}
+	mustFind(t, s, 1, keys, "in the merged run")
+	mustClose(t, s)
+	s = mustOpen(t, "db", opts)
+	defer mustClose(t, s)
+	r = s.runs.Load().of(1)[0]
+	if r.filter == nil {
+		t.Fatal("reopened: the merged run's filter was not read back")
+	}
+	if got, want, _ := sizeOf(r); got != want {
+		t.Fatalf("reopened: filter of %d bytes, want %d", got, want)
+	}
+	mustFind(t, s, 1, keys, "after a reopen")
+}

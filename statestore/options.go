@@ -35,7 +35,7 @@ type Options struct {
 	FS vfs.FS
 
 	// CacheSize is the size of the block cache in bytes. It should hold the
-	// run filters the store keeps in memory (1 byte per key, reserved in
+	// run filters the store keeps in memory (at most 1 byte per key, reserved in
 	// the cache, filter.go) and the sstable index blocks of the whole store
 	// (~1 % of the data) so that a Get costs at most one data-block read.
 	// Pebble charges memtables to its block cache and the store its indexes

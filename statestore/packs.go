@@ -129,10 +129,11 @@ type packWriter struct {
 }
 
 // newPackWriter returns a writer of run id of gen into w, which sets every
-// hash written in a run filter sized for filterKeys keys.
-func newPackWriter(w *sstable.Writer, gen, id uint64, packKeys int, vm bool, filterKeys uint64) *packWriter {
+// hash written in a run filter sized for filterKeys keys at filterBits
+// bits per key (runFilterBits).
+func newPackWriter(w *sstable.Writer, gen, id uint64, packKeys int, vm bool, filterKeys, filterBits uint64) *packWriter {
 	pw := &packWriter{w: w, gen: gen, id: id, packKeys: packKeys, vm: vm}
-	pw.fw = runFilter{keys: max(filterKeys, 1), keep: &pw.mf}.NewWriter(pebble.TableFilter)
+	pw.fw = runFilter{keys: max(filterKeys, 1), bits: filterBits, keep: &pw.mf}.NewWriter(pebble.TableFilter)
 	pw.val = make([]byte, 1, 1+packKeys*24)
 	if vm {
 		pw.vers = make([]uint64, 0, packKeys)
@@ -213,10 +214,17 @@ func orFilters(dst, src []byte) error {
 // written into the run's last sstable (or, for a bulk load, an sstable of
 // their own ingested with the run's), so they come and go with the run:
 // expiry's DeleteRange, a merge's excise, Open's orphan removal.
+//
+// A chunk is 64 KiB (1 MiB until session 10): Pebble's table writer holds
+// a value in its block builder, the block and its checksummed copy, so a
+// run writer held ~3 MiB of Go heap per chunk of 1 MiB (a flush's and a
+// merge's at once at the 100M sweep's peak, and the collector's headroom
+// half again). Reads concatenate the chunks in order whatever their size,
+// so runs written with either size are read.
 const (
 	filterKeyPrefixLen = runPrefixLen + 16 + 1
 	filterKeyLen       = filterKeyPrefixLen + 4
-	filterChunkBytes   = 1 << 20
+	filterChunkBytes   = 64 << 10
 )
 
 // putFilterPrefix writes the first key of run id's filter chunks into k

@@ -232,10 +232,11 @@ type runWriter struct {
 
 // newRunWriter starts leaf run id of gen (mergeRuns sets its leaf range),
 // in sstables of at most split keys (0: one sstable), whose filter is sized
-// for keys keys (more are accepted, at a higher false-positive rate).
+// for keys keys (more are accepted, at a higher false-positive rate) at
+// runFilterBits.
 func (s *Store) newRunWriter(gen, id, keys, split uint64) (*runWriter, error) {
 	rw := &runWriter{s: s, r: run{gen: gen, id: id, lo: id, hi: id}, split: split}
-	rw.pw = newPackWriter(nil, gen, id, s.opts.packKeysOrDefault(), s.opts.VersionMode, keys)
+	rw.pw = newPackWriter(nil, gen, id, s.opts.packKeysOrDefault(), s.opts.VersionMode, keys, runFilterBits(keys, s.memKeys))
 	return rw, rw.next()
 }
 

@@ -100,6 +100,9 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
+	// The ground truth, before the start RSS: the harness's memory, not
+	// the stage's.
+	chk := workload.NewChecker(uint64(spec.KeysPerWindow) + uint64(c.Records))
 	mem := startMemProbe()
 	cfg := pipeline.Config{Window: spec.Window, ExpectedKeys: uint(spec.KeysPerWindow)}
 	// The store's memory as the job gives it: one Budget (shared block
@@ -133,7 +136,6 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 			p.Say("%s: %s", c.name(), s)
 		}
 	}()
-	chk := workload.NewChecker(uint64(spec.KeysPerWindow) + uint64(c.Records))
 	recs := make([]pipeline.Record, 0, engineBatch)
 	decs := make([]pipeline.Decision, 0, engineBatch)
 	process := func(in []workload.Record) (pipeline.Counts, error) {
@@ -310,9 +312,9 @@ func RunMap(c EngineCase, p *Progress) (Result, error) {
 		return Result{}, err
 	}
 	spec := g.Spec()
+	chk := workload.NewChecker(uint64(spec.KeysPerWindow) + uint64(c.Records))
 	mem := startMemProbe()
 	seen := make(map[partition.Hash]struct{}, spec.KeysPerWindow+c.Records)
-	chk := workload.NewChecker(uint64(spec.KeysPerWindow) + uint64(c.Records))
 	name := c.name() + " " + SysMap
 	if err := prefill(c, g, p, name, func(in []workload.Record) error {
 		for i := range in {

@@ -19,9 +19,17 @@ type Checker struct {
 }
 
 // NewChecker returns a Checker for streams of up to keys distinct keys; it
-// grows when a larger id is emitted.
+// grows when a larger id is emitted. Its bits are resident when it
+// returns (written once), so that a memory figure of the system under
+// test taken after it (the harness's start RSS) does not count them: one
+// bit per key, 0.13 bytes per key of a 100M-key sweep point that were
+// counted as the stage's until session 10.
 func NewChecker(keys uint64) *Checker {
-	return &Checker{seen: make([]uint64, (keys+63)/64)}
+	c := &Checker{seen: make([]uint64, (keys+63)/64)}
+	for i := range c.seen {
+		c.seen[i] = 0
+	}
+	return c
 }
 
 // Emit records that the key with id was emitted once.
