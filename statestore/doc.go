@@ -339,8 +339,8 @@
 // it may hold the key, one SeekGE to the pack that can hold it and a binary
 // search in the pack. A run's filter is the store's own (filter.go): a
 // blocked Bloom filter of 8 bits per key for a flush's run (2.5 % false
-// positives measured; 10 bits, 0.94-1.0 %, until session 7) and 5 bits for
-// a larger one, a merge's or a bulk load's (~14 %; since session 10: a
+// positives measured; 10 bits, 0.94-1.0 %, until session 7) and 4 bits (3 probes) for
+// a larger one, a merge's or a bulk load's (~15 %; since session 10: a
 // generation's oldest runs, which reads reach last, hold most of its keys,
 // filter.go runFilterBitsLarge), sized when the run is written and
 // set from its hashes as the run writer takes them (the sstables carry no
@@ -355,7 +355,7 @@
 //
 // The store keeps the filter of every run it writes in memory, off the Go
 // heap (reserved in the block cache, so the cache shrinks by 1 byte per
-// key of leaves, 5/8 of one in larger runs; unmapped when the run is merged or expired and the last Reader
+// key of leaves, half of one in larger runs; unmapped when the run is merged or expired and the last Reader
 // holding it let go, filter.go) and probes a run there before entering
 // Pebble: a miss of a run costs no iterator seek (in layout 2, Pebble's
 // filter block: about 1.5 us per run). BenchmarkMergePolicy, 4M keys, 16

@@ -21,7 +21,7 @@ import (
 // which the Go runtime then kept as heap headroom. This one holds only the
 // filter itself: runFilterBitsPerKey, 8 bits (1 byte) per key, about
 // 2.5 % false positives (10 bits, 1 %, until session 7), or
-// runFilterBitsLarge, 5 bits, for runs larger than leaves (runFilterBits).
+// runFilterBitsLarge, 4 bits, for runs larger than leaves (runFilterBits).
 // It reads a run key's hash bits directly (they are uniform), other keys
 // through FNV-1a.
 //
@@ -33,7 +33,9 @@ import (
 // mix of the low word, independent of the bits the stage's Bloom front
 // takes from it (TestRunFilterBesideFront).
 //
-// Encoding: the blocks, then the number of blocks (uint32 little-endian).
+// Encoding: the blocks, then a uint32 little-endian trailer: the number
+// of blocks in its low 28 bits and the probes per key in its top 4 (0:
+// runFilterProbes, the only count before layout 4; runFilterProbesFor).
 // Tables written before it keep their filter, v1 or Pebble's, which
 // Options.Filters still names, so all are read.
 type runFilter struct {
@@ -53,7 +55,45 @@ const (
 	runFilterBlockBits  = runFilterBlockBytes * 8
 	runFilterProbes     = 7 // ln 2 x 10 bits per key; near the best for 8 (6) too
 	runFilterTrailer    = 4
+	runFilterBlocksMask = 1<<28 - 1 // of the trailer: the blocks; above them the probes
 )
+
+// runFilterProbesFor is the probes per key of a filter of bits bits per
+// key: the fewest with a false-positive rate within 3 % of the best a
+// blocked filter of 64-byte blocks reaches at that size (Poisson model of
+// the block loads): 3 at 4 bits (14.8 %; 26 % with 7), 4 at 5-6 (9.3 and
+// 5.8 %), 5 at 7, and runFilterProbes from 8 bits on (2.5 % at 8, where
+// 6 would give 2.3 %: the leaves' filters stay as layout 3 wrote them).
+func runFilterProbesFor(bits uint64) uint64 {
+	switch {
+	case bits >= 8:
+		return runFilterProbes
+	case bits >= 7:
+		return 5
+	case bits >= 5:
+		return 4
+	case bits >= 3:
+		return 3
+	}
+	return 2
+}
+
+// runFilterShape decodes the trailer of filter f: its blocks and probes;
+// ok is false if f is no filter this code wrote.
+func runFilterShape(f []byte) (blocks, probes uint64, ok bool) {
+	if len(f) < runFilterBlockBytes+runFilterTrailer {
+		return 0, 0, false
+	}
+	t := uint64(binary.LittleEndian.Uint32(f[len(f)-runFilterTrailer:]))
+	blocks, probes = t&runFilterBlocksMask, t>>28
+	if probes == 0 {
+		probes = runFilterProbes
+	}
+	if blocks == 0 || probes > runFilterProbes || blocks*runFilterBlockBytes != uint64(len(f)-runFilterTrailer) {
+		return 0, 0, false
+	}
+	return blocks, probes, true
+}
 
 var _ pebble.FilterPolicy = runFilter{}
 
@@ -83,8 +123,8 @@ var runFilterBitsPerKey uint64 = 8
 
 // runFilterBitsLarge is the size per key of the filter of a run of more
 // than runFilterLargeLeaves leaves' keys (a merge's output, a bulk load's
-// run): 5 bits, ~14 % false positives with runFilterProbes probes, where a
-// leaf's 8 bits give 2.5 %. Since session 10.
+// run): 4 bits with 3 probes (runFilterProbesFor), ~15 % false positives,
+// where a leaf's 8 bits give 2.5 %. Since session 10 (layout 4).
 //
 // A generation's runs are probed newest first and a merge takes the
 // oldest runs of a tier, so the large runs are the generation's oldest:
@@ -92,16 +132,16 @@ var runFilterBitsPerKey uint64 = 8
 // (a false positive of the stage's front). Their filters hold most of the
 // keys (at 100M keys in 4 generations, 2 merged runs of ~9.6M keys per
 // generation beside a few leaves of 1.2M: ~77 % of the keys) and serve
-// the fewest probes, so their bits per key buy the least: at 5 bits the
-// store keeps ~0.3 bytes per key less (~28 MiB at 100M keys) and pays a
+// the fewest probes, so their bits per key buy the least: at 4 bits the
+// store keeps ~0.37 bytes per key less (~35 MiB at 100M keys) and pays a
 // data block read (~13 us since reads pread one block, blocks.go) for
-// ~11 % more of the probes those runs see: by a model of the 100M sweep
+// ~12 % more of the probes those runs see: by a model of the 100M sweep
 // (0.0065 front false positives per record probing ~2 large runs, 0.0075
-// hours-old repeats found in them), ~0.002 block reads, ~0.02 us of CPU
-// per record. docs/benchmarks.md, "RSS at 100M keys, session 10", has the
-// measured figures. A filter records its size and reads do not need its
-// bits per key, so stores written before keep their filters.
-var runFilterBitsLarge uint64 = 5
+// hours-old repeats found in them), ~0.002 block reads, ~0.02-0.03 us of
+// CPU per record. docs/benchmarks.md, "RSS at 100M keys, session 10", has
+// the measured figures. A filter records its size and probes, so stores
+// written before keep their filters.
+var runFilterBitsLarge uint64 = 4
 
 // runFilterLargeLeaves is how many leaves' keys a run holds at most and
 // still gets a leaf's filter (runFilterBits): a leaf holds up to memFull's
@@ -159,17 +199,14 @@ func mix64(x uint64) uint64 {
 
 // MayContain implements pebble.FilterPolicy.
 func (rf runFilter) MayContain(_ pebble.FilterType, f, key []byte) bool {
-	if len(f) < runFilterBlockBytes+runFilterTrailer {
+	n, k, ok := runFilterShape(f)
+	if !ok {
 		return true // not a filter this code wrote: no answer
-	}
-	n := uint64(binary.LittleEndian.Uint32(f[len(f)-runFilterTrailer:]))
-	if n == 0 || n*runFilterBlockBytes != uint64(len(f)-runFilterTrailer) {
-		return true
 	}
 	block, probes := filterHash(key, rf.v1)
 	hi, _ := bits.Mul64(block, n)
 	blk := f[hi*runFilterBlockBytes : (hi+1)*runFilterBlockBytes]
-	for range runFilterProbes {
+	for range k {
 		bit := probes & (runFilterBlockBits - 1)
 		if blk[bit>>3]&(1<<(bit&7)) == 0 {
 			return false
@@ -182,9 +219,13 @@ func (rf runFilter) MayContain(_ pebble.FilterType, f, key []byte) bool {
 // NewWriter implements pebble.FilterPolicy: a writer whose filter is
 // allocated now, for f.keys keys.
 func (f runFilter) NewWriter(pebble.FilterType) pebble.FilterWriter {
-	n := runFilterBlocks(f.keys, f.bits)
+	bits := f.bits
+	if bits == 0 {
+		bits = runFilterBitsPerKey
+	}
+	n := min(runFilterBlocks(f.keys, bits), runFilterBlocksMask)
 	size := int(n*runFilterBlockBytes + runFilterTrailer)
-	w := &runFilterWriter{blocks: n, v1: f.v1, keep: f.keep}
+	w := &runFilterWriter{blocks: n, probes: runFilterProbesFor(bits), v1: f.v1, keep: f.keep}
 	if f.keep != nil {
 		w.mf = newMemFilter(size)
 		w.buf = w.mf.f
@@ -197,6 +238,7 @@ func (f runFilter) NewWriter(pebble.FilterType) pebble.FilterWriter {
 type runFilterWriter struct {
 	buf    []byte // the blocks, then room for the trailer
 	blocks uint64
+	probes uint64
 	v1     bool
 	keep   **memFilter
 	mf     *memFilter // owns buf when keep is set
@@ -239,7 +281,7 @@ func (w *runFilterWriter) setPending() {
 		hi := p[0]
 		blk := w.buf[hi*runFilterBlockBytes : (hi+1)*runFilterBlockBytes]
 		probes := p[1]
-		for range runFilterProbes {
+		for range w.probes {
 			bit := probes & (runFilterBlockBits - 1)
 			blk[bit>>3] |= 1 << (bit & 7)
 			probes >>= 9
@@ -253,7 +295,11 @@ func (w *runFilterWriter) setPending() {
 // writer serves one table.
 func (w *runFilterWriter) Finish(dst []byte) []byte {
 	w.setPending()
-	binary.LittleEndian.PutUint32(w.buf[len(w.buf)-runFilterTrailer:], uint32(w.blocks))
+	t := w.blocks
+	if w.probes != runFilterProbes {
+		t |= w.probes << 28
+	}
+	binary.LittleEndian.PutUint32(w.buf[len(w.buf)-runFilterTrailer:], uint32(t))
 	out := w.buf
 	w.buf = nil
 	if w.keep != nil {

@@ -74,7 +74,10 @@ func TestRunFilter(t *testing.T) {
 			if got, want := len(f), int(runFilterBlocks(uint64(c.sized), bits))*runFilterBlockBytes+runFilterTrailer; got != want {
 				t.Fatalf("filter of %d bytes, want %d (%d bits for each of %d keys)", got, want, bits, c.sized)
 			}
-			limit := 1.5*bloomRate(float64(bits)*float64(c.sized)/float64(added)) + 5.0/probes
+			if _, k, ok := runFilterShape(f); !ok || k != runFilterProbesFor(bits) {
+				t.Fatalf("filter shape: %d probes, ok %t; want %d probes at %d bits per key", k, ok, runFilterProbesFor(bits), bits)
+			}
+			limit := 1.5*bloomRateK(float64(bits)*float64(c.sized)/float64(added), float64(runFilterProbesFor(bits))) + 5.0/probes
 			t.Logf("false-positive rate %.4f", float64(fp)/probes)
 			if rate := float64(fp) / probes; rate > limit {
 				t.Errorf("false-positive rate %.4f, want <= %.3f", rate, limit)
@@ -123,8 +126,11 @@ func TestRunFilterBesideFront(t *testing.T) {
 
 // bloomRate is the false-positive rate of an unblocked Bloom filter of
 // bitsPerKey bits per key and runFilterProbes probes.
-func bloomRate(bitsPerKey float64) float64 {
-	return math.Pow(1-math.Exp(-runFilterProbes/bitsPerKey), runFilterProbes)
+func bloomRate(bitsPerKey float64) float64 { return bloomRateK(bitsPerKey, runFilterProbes) }
+
+// bloomRateK is bloomRate with k probes per key.
+func bloomRateK(bitsPerKey, k float64) float64 {
+	return math.Pow(1-math.Exp(-k/bitsPerKey), k)
 }
 
 // TestRunFilterUsedByReads: the runs a store writes carry the run filter

@@ -45,8 +45,17 @@ var (
 // change of the key or value encoding. Layout 1 kept one key per hash in a
 // generation bucket written through the memtable; layout 2 kept sorted runs
 // of one Pebble key per hash; layout 3 keeps sorted runs in packs of
-// hashes, one Pebble key per pack (packs.go, doc.go).
-const layoutVersion = 3
+// hashes, one Pebble key per pack (packs.go, doc.go); layout 4 (session 10)
+// is layout 3 whose run filters may record their probes per key in their
+// trailer (filter.go): this build reads layout 3 as it is and records
+// layout 4 when it opens one writable, so that a build of layout 3, which
+// would take such a filter for none (correct, but every probe a block
+// read), refuses the store.
+const layoutVersion = 4
+
+// layoutOldest is the oldest layout this build opens; older stores are
+// refused with a message naming the directory and what to do.
+const layoutOldest = 3
 
 const (
 	formatFlagVersionMode = 1 << 0

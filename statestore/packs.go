@@ -295,8 +295,7 @@ func (s *Store) readFilter(r run) ([]byte, error) {
 	if err := it.Close(); err != nil {
 		return nil, err
 	}
-	if len(f) < runFilterBlockBytes+runFilterTrailer ||
-		uint64(binary.LittleEndian.Uint32(f[len(f)-runFilterTrailer:]))*runFilterBlockBytes != uint64(len(f)-runFilterTrailer) {
+	if _, _, ok := runFilterShape(f); !ok {
 		return nil, nil
 	}
 	return f, nil

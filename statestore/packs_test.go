@@ -241,6 +241,38 @@ func TestOpenRefusesLayout2(t *testing.T) {
 	}
 }
 
+// TestOpenLayout3: a store of layout 3 (run filters of 7 probes, the
+// trailer holding only the blocks) opens as it is, with its keys, and is
+// recorded as layout 4 at once, so that a layout-3 build refuses it; a
+// layout newer than this build's is refused.
+func TestOpenLayout3(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := testOptions(fs)
+	s := mustOpen(t, "db", opts)
+	keys := fillIndexes(t, s, 1, 0, 2)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	waitFlushed(t, s)
+	if err := s.db.Set(metaFormatKey, []byte{3, 0}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, s)
+	s = mustOpen(t, "db", opts)
+	mustFind(t, s, 1, keys, "layout 3 reopened")
+	v, _, err := s.getMeta(metaFormatKey)
+	if err != nil || len(v) != 2 || v[0] != layoutVersion {
+		t.Fatalf("format record %x after opening layout 3 (%v), want layout %d", v, err, layoutVersion)
+	}
+	if err := s.db.Set(metaFormatKey, []byte{layoutVersion + 1, 0}, pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, s)
+	if _, err := Open("db", opts); err == nil || !strings.Contains(err.Error(), "unsupported layout") {
+		t.Fatalf("a store of layout %d opened: %v", layoutVersion+1, err)
+	}
+}
+
 // TestLoadSplitRunFilter loads a generation big enough to be written as
 // two sstables (hash halves, on two goroutines, each building a filter
 // that writeLoad combines) and checks that every key is found through the

@@ -277,16 +277,23 @@ func (s *Store) load() (err error) {
 		return err
 	case !ok:
 		return errors.New("statestore: no format record: not a statestore")
-	case len(v) == 2 && v[0] < layoutVersion:
-		return fmt.Errorf("statestore: %s holds a store of layout %d, this build reads layout %d: "+
-			"remove the directory %s and restart; the job restores the store from the output topic", s.dir, v[0], layoutVersion, s.dir)
-	case len(v) != 2 || v[0] != layoutVersion:
+	case len(v) == 2 && v[0] < layoutOldest:
+		return fmt.Errorf("statestore: %s holds a store of layout %d, this build reads layouts %d to %d: "+
+			"remove the directory %s and restart; the job restores the store from the output topic", s.dir, v[0], layoutOldest, layoutVersion, s.dir)
+	case len(v) != 2 || v[0] > layoutVersion:
 		return fmt.Errorf("statestore: unsupported layout %x (this build writes %x)", v, want)
 	case s.opts.ReadOnly:
 		s.opts.VersionMode = v[1]&formatFlagVersionMode != 0
 	case v[1] != want[1]:
 		return fmt.Errorf("statestore: store was created with VersionMode=%t, opened with VersionMode=%t",
 			v[1]&formatFlagVersionMode != 0, s.opts.VersionMode)
+	case v[0] < layoutVersion:
+		// An older layout this build reads as it is: record the new one
+		// before writing anything of it, so that an older build refuses
+		// the store instead of meeting runs it cannot read (keys.go).
+		if err := s.db.Set(metaFormatKey, want, pebble.Sync); err != nil {
+			return fmt.Errorf("statestore: record layout %d: %w", layoutVersion, err)
+		}
 	}
 	if v, ok, err = s.getMeta(metaStateKey); err != nil {
 		return err
