@@ -255,8 +255,16 @@ func TestBudgetBlocksFollowRuns(t *testing.T) {
 	}
 	waitFlushed(t, s)
 	need, data, kept := s.runs.Load().blockNeed()
-	if kept < keys*int64(runFilterBitsPerKey)/8 {
-		t.Fatalf("runs keep %d bytes of filters in memory, less than %d bits for each of %d keys", kept, runFilterBitsPerKey, keys)
+	// Every run's filter, of its size's bits per key (a leaf's 8, a
+	// merge's 4: runFilterBits).
+	var filters int64
+	for _, runs := range s.runs.Load().gens {
+		for _, r := range runs {
+			filters += int64(runFilterBlocks(r.keys, runFilterBits(r.keys, s.memKeys)))*runFilterBlockBytes + runFilterTrailer
+		}
+	}
+	if kept < filters || kept < keys*int64(runFilterBitsLarge)/8 {
+		t.Fatalf("runs keep %d bytes of filters in memory, less than their filters' %d bytes (%d keys)", kept, filters, keys)
 	}
 	if need >= kept/2 {
 		t.Fatalf("runs need %d bytes of blocks beside the %d bytes of filters kept in memory: the filters are counted twice", need, kept)
