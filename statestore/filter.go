@@ -319,7 +319,7 @@ func (w *runFilterWriter) Finish(dst []byte) []byte {
 // block cache: about 1.5 us per run, which a miss paid for every run of
 // its generation). Its bytes are counted by the block cache while the run
 // is live (a reservation: a Budget counts it among the stores' own memory,
-// a cache of the store's own shrinks by it), 1 byte per key; Pebble
+// a cache of the store's own shrinks by it), at most 1 byte per key; Pebble
 // carries none for runs (layout 3): Open reads each run's filter back
 // from the chunks its run writer stored after its packs (packs.go).
 //
@@ -354,7 +354,7 @@ func (m *filterMem) free() {
 }
 
 // newMemFilter returns a filter of size zeroed bytes held by its writer
-// and, once recorded, the registry (refs 1).
+// and, once recorded, the registry (one hold).
 func newMemFilter(size int) *memFilter {
 	mf := &memFilter{}
 	mf.init()
