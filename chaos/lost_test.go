@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/dedupstream/dedupstream/job"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/segmentio/kafka-go"
 )
 
@@ -102,9 +102,7 @@ func TestLostResponses(t *testing.T) {
 // partitions and outcomes, gathered through the job's collector.
 func ambiguousCommits(t *testing.T, j *job.Job) float64 {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(j.Collector())
-	families, err := reg.Gather()
+	families, err := jobtest.Gather(j)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/dedupstream/dedupstream/partition"
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -509,9 +508,7 @@ func (e *env) feed(w *jobtest.Workload, pause time.Duration) {
 // gatherJob gathers the job's collector through a pedantic registry.
 func gatherJob(t *testing.T, j *job.Job) []*dto.MetricFamily {
 	t.Helper()
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(j.Collector())
-	families, err := reg.Gather()
+	families, err := jobtest.Gather(j)
 	if err != nil {
 		t.Fatal(err)
 	}

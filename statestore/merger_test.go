@@ -68,16 +68,8 @@ func TestFlushNotBehindMerge(t *testing.T) {
 // before it is still writing; the flush's registry must keep the merged run
 // (and not the inputs the merge removed), in memory and after a reopen.
 func TestMergeBesideFlush(t *testing.T) {
-	fs := vfs.NewMem()
-	opts := testOptions(fs)
-	s := mustOpen(t, "db", opts)
+	s, opts, keys, release := heldMerge(t)
 	fan := s.merge.fanout
-	release := make(chan struct{})
-	s.mg.w.post(func() { <-release })
-	keys := fillIndexes(t, s, 1, 0, fan) // fan leaves: a merge is due, held
-	if err := s.settleFlushes(); err != nil {
-		t.Fatal(err)
-	}
 	inFlush, resume := make(chan struct{}), make(chan struct{})
 	s.hooks.flushWritten = func() {
 		s.hooks.flushWritten = nil
@@ -160,16 +152,8 @@ func TestMergeOfExpiredGeneration(t *testing.T) {
 // and every key is still found in the merged run, before and after a
 // reopen (which reads the smaller filter back from its chunks).
 func TestRunFilterBitsBySize(t *testing.T) {
-	fs := vfs.NewMem()
-	opts := testOptions(fs)
-	s := mustOpen(t, "db", opts)
+	s, opts, keys, release := heldMerge(t)
 	fan := s.merge.fanout
-	release := make(chan struct{})
-	s.mg.w.post(func() { <-release })
-	keys := fillIndexes(t, s, 1, 0, fan)
-	if err := s.settleFlushes(); err != nil {
-		t.Fatal(err)
-	}
 	sizeOf := func(r run) (got, want int, bits uint64) {
 		bits = runFilterBits(r.keys, s.memKeys)
 		return len(r.filter.f), int(runFilterBlocks(r.keys, bits))*runFilterBlockBytes + runFilterTrailer, bits
@@ -207,4 +191,20 @@ func TestRunFilterBitsBySize(t *testing.T) {
 		t.Fatalf("reopened: filter of %d bytes, want %d", got, want)
 	}
 	mustFind(t, s, 1, keys, "after a reopen")
+}
+
+// heldMerge opens a store on a memory file system and fills generation 1
+// with one merge's fan of leaves, all flushed; the merge they make due
+// waits until release is closed.
+func heldMerge(t *testing.T) (s *Store, opts Options, keys []partition.Hash, release chan struct{}) {
+	t.Helper()
+	opts = testOptions(vfs.NewMem())
+	s = mustOpen(t, "db", opts)
+	release = make(chan struct{})
+	s.mg.w.post(func() { <-release })
+	keys = fillIndexes(t, s, 1, 0, s.merge.fanout)
+	if err := s.settleFlushes(); err != nil {
+		t.Fatal(err)
+	}
+	return s, opts, keys, release
 }

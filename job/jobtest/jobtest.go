@@ -15,6 +15,8 @@ import (
 
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/partition"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -449,4 +451,14 @@ func (p *Producer) DeleteRecords(ctx context.Context, topic string, below map[in
 		}
 	}
 	return nil
+}
+
+// Gather gathers j's collector through a pedantic registry (which checks
+// every metric's consistency on the way).
+func Gather(j *job.Job) ([]*dto.MetricFamily, error) {
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(j.Collector()); err != nil {
+		return nil, err
+	}
+	return reg.Gather()
 }

@@ -1,4 +1,7 @@
+# usage: summ.py LOG [400k|2M]: per arm, the ratio and CPU per record of each round of an e2e log
 import re, sys, statistics as st, collections
+size=sys.argv[2] if len(sys.argv)>2 else '400k'
+records={'400k':400000,'2M':2000000}[size]
 arm=None; load=None
 rows=collections.defaultdict(list)  # arm -> list of (round, ratio, dcpu list, ccpu list, load)
 cur=None
@@ -9,8 +12,8 @@ for l in open(sys.argv[1]):
         rows[cur['arm']].append(cur); continue
     m=re.search(r'(copy-job|dedupstream) \S+: timed span ([\d.]+) us of process CPU per record, ([\d.]+) minor', l)
     if m: cur['d' if m.group(1)=='dedupstream' else 'c'].append(float(m.group(2))); continue
-    m=re.search(r'rep \d (copy-job|dedupstream): 400k records in ([\d.]+)s', l)
-    if m: cur['dr' if m.group(1)=='dedupstream' else 'cr'].append(400000/float(m.group(2))/1000); continue
+    m=re.search(r'rep \d (copy-job|dedupstream): '+size+r' records in ([\d.]+)s', l)
+    if m: cur['dr' if m.group(1)=='dedupstream' else 'cr'].append(records/float(m.group(2))/1000); continue
 for arm in sorted(rows):
     rs=[r for r in rows[arm] if r['dr'] and r['cr']]
     ratios=[st.median(r['dr'])/st.median(r['cr']) for r in rs]
