@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -140,9 +141,16 @@ func (r *runner) checkOpenedState() error {
 // and the group's offsets that would have refused first have expired),
 // the stages of the new partitions, whose stores are empty and pass, could
 // commit a cycle of replays as new keys before the refusal stops the job.
+//
+// A stage that failed is recorded before it counts as done: the context
+// the failure cancels reaches the others later (runStages cancels it once
+// the failed stage returned), so a stage released by the last pass would
+// otherwise go on while the refusal is on its way (seen as recoveries of
+// the new partitions in TestPartitionCountChange under load).
 type startGate struct {
-	wg   sync.WaitGroup
-	open chan struct{} // closed once every stage passed or failed
+	wg     sync.WaitGroup
+	failed atomic.Bool   // set before the failed stage's Done
+	open   chan struct{} // closed once every stage passed or failed
 }
 
 func newStartGate(stages int) *startGate {
@@ -163,13 +171,16 @@ func (g *startGate) pass(ctx context.Context, ok bool) bool {
 	if g == nil {
 		return ok
 	}
+	if !ok {
+		g.failed.Store(true)
+	}
 	g.wg.Done()
 	if !ok {
 		return false
 	}
 	select {
 	case <-g.open:
-		return ctx.Err() == nil
+		return ctx.Err() == nil && !g.failed.Load()
 	case <-ctx.Done():
 		return false
 	}

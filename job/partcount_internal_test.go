@@ -1,6 +1,41 @@
 package job
 
-import "testing"
+import (
+	"context"
+	"sync"
+	"testing"
+)
+
+// TestStartGateHoldsBackAfterAFailure: when one stage of a start fails its
+// check, no other stage may go on, even before the failure's cancellation
+// reaches them (here it never does): every pass that waited returns
+// false, whichever order the stages pass in.
+func TestStartGateHoldsBackAfterAFailure(t *testing.T) {
+	for failing := range 3 {
+		g := newStartGate(3)
+		var wg sync.WaitGroup
+		went := make([]bool, 3)
+		for i := range 3 {
+			wg.Go(func() { went[i] = g.pass(context.Background(), i != failing) })
+		}
+		wg.Wait()
+		for i, ok := range went {
+			if ok {
+				t.Errorf("stage %d failed its check, stage %d went on", failing, i)
+			}
+		}
+	}
+	g := newStartGate(2)
+	var wg sync.WaitGroup
+	went := make([]bool, 2)
+	for i := range 2 {
+		wg.Go(func() { went[i] = g.pass(context.Background(), true) })
+	}
+	wg.Wait()
+	if !went[0] || !went[1] {
+		t.Errorf("every stage passed, yet went on: %v", went)
+	}
+}
 
 // TestOffsetMeta: the metadata committed with the input offsets round-trips
 // its partition count, output topic and output end, and an older build's
