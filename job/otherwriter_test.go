@@ -25,6 +25,19 @@ func (e *env) runningOn(recs []*kgo.Record) (*config.Config, *running) {
 	return cfg, r
 }
 
+// freshKeys produces n records of new business keys (named after tag) to
+// raw partition p: the stage that reads it must emit them, so it writes
+// to its output partition again.
+func (e *env) freshKeys(p int32, n int, tag string) {
+	e.t.Helper()
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		id := fmt.Sprintf("fresh-%s-%d-%d", tag, p, i)
+		recs[i] = &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q}`, id)}
+	}
+	e.produce(recs)
+}
+
 // trickle produces recs in chunks of 200, 20ms apart, until they run out or
 // the returned func is called, which waits for the producing to end (the
 // test's cleanup calls it too).
@@ -70,6 +83,10 @@ func TestOtherWriterStopsTheJob(t *testing.T) {
 	if err := cl.ProduceSync(e.ctx(10*time.Second), foreign).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
+	// Stage 2 must write again to meet the gap, whatever the trickle
+	// still holds for it (its last records are replays, which emit
+	// nothing).
+	e.freshKeys(2, 50, "after")
 	err := r.wait(t, 60*time.Second)
 	if !errors.Is(err, job.ErrOtherWriter) {
 		t.Fatalf("job stopped with %v, want ErrOtherWriter", err)
@@ -124,6 +141,11 @@ func TestTwoJobIDsOneOutput(t *testing.T) {
 			a.done <- errA
 		case errB = <-b.done:
 			b.done <- errB
+		case <-time.After(2 * time.Second):
+			// Keep both writing until one meets the other's records.
+			for p := range int32(partitions) {
+				e.freshKeys(p, 20, fmt.Sprint(time.Now().UnixNano()))
+			}
 		case <-deadline:
 			t.Fatalf("two jobs wrote %s for 90s and neither stopped (stats A %+v, B %+v)", e.out, a.job.Stats(), b.job.Stats())
 		}
