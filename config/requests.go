@@ -17,6 +17,18 @@ type Fetch struct {
 	// cut by the request limit may leave out the aborted-transaction list
 	// that read_committed filtering needs. The default value is 50MiB.
 	RequestMaxBytes ByteSize `yaml:"request_max_bytes"`
+	// MinBytes is the record data a broker waits for before it answers a
+	// stage's or route step's fetch (Kafka's fetch.min.bytes), at most
+	// until the end of the cycle's read phase (commit.interval). At input
+	// rates below min_bytes per commit interval a partition is then read
+	// once or twice per cycle, and its output produced as often, instead of
+	// once per produce request of the input: the brokers' load from the
+	// job no longer grows with how finely the input was produced, and a
+	// record waits for the cycle's commit either way. It must not exceed
+	// partition_max_bytes; 1 answers as soon as anything is readable. The
+	// default value is partition_max_bytes (docs/benchmarks.md, "Fetches
+	// that wait for the read phase").
+	MinBytes ByteSize `yaml:"min_bytes"`
 	// Ahead sends each partition's next fetch before the batch it just
 	// returned is decided and produced (one batch ahead), so the fetch's
 	// round trip overlaps the work instead of adding to it. Each fetcher
@@ -67,6 +79,9 @@ func (f *Fetch) applyDefaults() {
 	if f.RequestMaxBytes == 0 {
 		f.RequestMaxBytes = max(DefaultFetchRequestMaxBytes, f.PartitionMaxBytes)
 	}
+	if f.MinBytes == 0 {
+		f.MinBytes = f.PartitionMaxBytes
+	}
 	if f.Ahead == nil {
 		on := true
 		f.Ahead = &on
@@ -96,6 +111,9 @@ func (f *Fetch) validate(v *validator) {
 	okR := v.sizeIn("fetch.request_max_bytes", f.RequestMaxBytes, 1<<10)
 	if okP && okR && f.RequestMaxBytes < f.PartitionMaxBytes {
 		v.addf("fetch.request_max_bytes", "must be >= fetch.partition_max_bytes (%v), got %v", f.PartitionMaxBytes, f.RequestMaxBytes)
+	}
+	if okP && (f.MinBytes < 1 || f.MinBytes > f.PartitionMaxBytes) {
+		v.addf("fetch.min_bytes", "must be between 1 and fetch.partition_max_bytes (%v), got %v", f.PartitionMaxBytes, f.MinBytes)
 	}
 }
 

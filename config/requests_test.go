@@ -9,17 +9,20 @@ import (
 
 func TestRequestSizes(t *testing.T) {
 	base := "job: {id: j}\nkafka: {brokers: [\"h:1\"]}\ninput: {topics: [in]}\noutput: {topic: out}\nassignment: {partitions: [0]}\nstate: {dir: /tmp/s}\n"
-	type sizes struct{ part, req, batch ByteSize }
+	type sizes struct{ part, req, min, batch ByteSize }
 	for _, tc := range []struct {
 		name, extra string
 		want        sizes
 		problems    []string
 	}{
-		{name: "defaults", want: sizes{1 << 20, 50 << 20, 1 << 20}},
+		{name: "defaults", want: sizes{1 << 20, 50 << 20, 1 << 20, 1 << 20}},
 		{name: "set", extra: "fetch: {partition_max_bytes: 8MiB, request_max_bytes: 16MiB}\nproduce: {batch_max_bytes: 512KiB}\n",
-			want: sizes{8 << 20, 16 << 20, 512 << 10}},
+			want: sizes{8 << 20, 16 << 20, 8 << 20, 512 << 10}},
 		{name: "request default follows a larger partition limit", extra: "fetch: {partition_max_bytes: 64MiB}\n",
-			want: sizes{64 << 20, 64 << 20, 1 << 20}},
+			want: sizes{64 << 20, 64 << 20, 64 << 20, 1 << 20}},
+		{name: "min bytes set", extra: "fetch: {min_bytes: 1}\n", want: sizes{1 << 20, 50 << 20, 1, 1 << 20}},
+		{name: "min bytes above the partition limit", extra: "fetch:\n  min_bytes: 2MiB\n",
+			problems: []string{"job.yaml:8: fetch.min_bytes: must be between 1 and fetch.partition_max_bytes (1MiB), got 2MiB"}},
 		{name: "request below partition", extra: "fetch:\n  partition_max_bytes: 8MiB\n  request_max_bytes: 4MiB\n",
 			problems: []string{"job.yaml:9: fetch.request_max_bytes: must be >= fetch.partition_max_bytes (8MiB), got 4MiB"}},
 		{name: "too small and too large", extra: "fetch:\n  partition_max_bytes: 100\n  request_max_bytes: 4GiB\nproduce:\n  batch_max_bytes: 10\n",
@@ -53,7 +56,7 @@ func TestRequestSizes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := sizes{c.Fetch.PartitionMaxBytes, c.Fetch.RequestMaxBytes, c.Produce.BatchMaxBytes}
+			got := sizes{c.Fetch.PartitionMaxBytes, c.Fetch.RequestMaxBytes, c.Fetch.MinBytes, c.Produce.BatchMaxBytes}
 			if got != tc.want {
 				t.Errorf("sizes = %+v, want %+v", got, tc.want)
 			}

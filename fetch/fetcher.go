@@ -169,14 +169,33 @@ func (f *Fetcher) Position() int64 {
 }
 
 // Fetch fills b with the committed records from the current position on and
-// advances the position past them. It waits up to MaxWait for data and then
-// returns b with no records. Retriable errors (leader change, connection
-// loss, unavailable partition) are retried with backoff after refreshing the
-// leader, for up to RetryTimeout. An out-of-range position is handled by the
-// OutOfRange policy.
+// advances the position past them. The broker answers once MinBytes of
+// record data are readable, or after MaxWait with what there is (b with no
+// records when there is nothing). Retriable errors (leader change,
+// connection loss, unavailable partition) are retried with backoff after
+// refreshing the leader, for up to RetryTimeout. An out-of-range position
+// is handled by the OutOfRange policy.
 //
 // Record slices in b alias b's buffers until b is passed to Fetch again.
 func (f *Fetcher) Fetch(ctx context.Context, b *Batch) error {
+	return f.FetchWait(ctx, b, Wait{Max: f.opts.MaxWait, MinBytes: f.opts.MinBytes})
+}
+
+// Wait is how long (Max) and for how much record data (MinBytes, at most
+// the fetcher's MaxBytes; below 1: 1) the broker holds one fetch before it
+// answers.
+type Wait struct {
+	Max      time.Duration
+	MinBytes int
+}
+
+// FetchWait is Fetch with the broker's wait of this call given by w instead
+// of the Options. A job that commits in cycles asks for a full batch or the
+// end of its read phase, whichever comes first: at low input rates it then
+// reads once per cycle instead of once per produce of its input.
+func (f *Fetcher) FetchWait(ctx context.Context, b *Batch, w Wait) error {
+	w.MinBytes = min(max(w.MinBytes, 1), f.opts.MaxBytes)
+	w.Max = max(w.Max, 0)
 	b.reset(f.topic, f.partition)
 	if !f.positioned {
 		return f.errorf("%w", errNoPosition)
@@ -184,7 +203,7 @@ func (f *Fetcher) Fetch(ctx context.Context, b *Batch) error {
 	if f.pos < OffsetEarliest {
 		return f.errorf("invalid position %d", f.pos)
 	}
-	op := func() error { return f.fetchOnce(ctx, b) }
+	op := func() error { return f.fetchOnce(ctx, b, w) }
 	for resets := 0; ; resets++ {
 		err := f.retry(ctx, "fetch", op)
 		if err != errPositionReset {
@@ -202,8 +221,9 @@ func (f *Fetcher) Fetch(ctx context.Context, b *Batch) error {
 // and the fetch should run again from there.
 var errPositionReset = errors.New("position reset")
 
-// fetchOnce runs one Fetch round trip and decodes it into b.
-func (f *Fetcher) fetchOnce(ctx context.Context, b *Batch) error {
+// fetchOnce runs one Fetch round trip, waiting as w says, and decodes it
+// into b.
+func (f *Fetcher) fetchOnce(ctx context.Context, b *Batch, w Wait) error {
 	b.reset(f.topic, f.partition)
 	if f.pos < 0 {
 		if err := f.resolve(ctx); err != nil {
@@ -219,7 +239,7 @@ func (f *Fetcher) fetchOnce(ctx context.Context, b *Batch) error {
 	if cap(b.dbuf) > 16*f.opts.MaxBytes+1<<20 {
 		b.dbuf = nil
 	}
-	p, err := f.exchangeOnce(ctx, &f.ex, isolationReadCommitted, &b.buf, f.pos)
+	p, err := f.exchangeOnce(ctx, &f.ex, isolationReadCommitted, &b.buf, f.pos, w)
 	if err != nil {
 		return err
 	}
@@ -238,12 +258,12 @@ func (f *Fetcher) fetchOnce(ctx context.Context, b *Batch) error {
 }
 
 // exchangeOnce sends one Fetch of the partition from offset at the given
-// isolation level, on the exchange *ex (created when nil, dropped when its
+// isolation level, held by the broker as w says, on the exchange *ex (created when nil, dropped when its
 // round trip is left in flight), with the response read into *frame, and
 // returns the partition's data. A partition error other than
 // OFFSET_OUT_OF_RANGE is returned as an error; that one is left in
 // errorCode for the caller.
-func (f *Fetcher) exchangeOnce(ctx context.Context, ex **fetchExchange, isolation int8, frame *[]byte, offset int64) (partitionData, error) {
+func (f *Fetcher) exchangeOnce(ctx context.Context, ex **fetchExchange, isolation int8, frame *[]byte, offset int64, w Wait) (partitionData, error) {
 	fx := *ex
 	if fx == nil {
 		fx = f.newFetchExchange()
@@ -254,13 +274,14 @@ func (f *Fetcher) exchangeOnce(ctx context.Context, ex **fetchExchange, isolatio
 	x.frame = *frame
 	x.node = f.leader
 	x.finished.Store(false)
-	wait := f.opts.MaxWait
+	wait := w.Max
 	if dl, ok := ctx.Deadline(); ok {
 		// Let the broker answer (empty) before the caller's deadline
 		// rather than abandoning the request.
 		wait = max(0, min(wait, time.Until(dl)*3/4))
 	}
 	fx.req.MaxWaitTime = int32(wait / time.Millisecond)
+	fx.req.MinBytes = int32(w.MinBytes)
 	fx.req.Topics[0].Partitions[0].FetchOffset = offset
 
 	rctx, cancel := context.WithTimeout(ctx, wait+f.opts.RequestTimeout)

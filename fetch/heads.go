@@ -36,7 +36,8 @@ func (f *Fetcher) Heads(ctx context.Context, from, to int64) ([]BatchHead, error
 			if err := f.findLeader(ctx); err != nil {
 				return err
 			}
-			p, err := f.exchangeOnce(ctx, &ex, isolationReadUncommitted, &frame, pos)
+			// Answered at once: the offsets asked for are stored.
+			p, err := f.exchangeOnce(ctx, &ex, isolationReadUncommitted, &frame, pos, Wait{Max: f.opts.MaxWait, MinBytes: 1})
 			if err != nil {
 				return err
 			}

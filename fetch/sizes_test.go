@@ -4,6 +4,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -88,5 +89,71 @@ func TestMaxRequestBytesValidated(t *testing.T) {
 	}
 	if _, err := New(&kafka.Client{Addr: kafka.TCP("127.0.0.1:1")}, "t", 0, Options{MaxBytes: 4 << 20, MaxRequestBytes: 4 << 20}); err != nil {
 		t.Errorf("equal limits: %v", err)
+	}
+}
+
+// TestFetchWaitOnTheWire checks, at the broker, that FetchWait sends its
+// wait (MinBytes capped at MaxBytes, at least 1; Max in milliseconds),
+// Fetch the Options', and Heads asks for an answer at once; and that a
+// fetch waiting for more than there is still returns what there is.
+func TestFetchWaitOnTheWire(t *testing.T) {
+	c := kfakeCluster(t, 1)
+	brokers := c.ListenAddrs()
+	admin := kafkatest.NewClient(t, brokers)
+	topic := newTopic(t, admin, "wait")
+	produceWith(t, admin, topic, [2]string{"k", "v"})
+
+	type wait struct{ minBytes, maxMs int32 }
+	var (
+		mu   sync.Mutex
+		seen []wait
+	)
+	c.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		r := req.(*kmsg.FetchRequest)
+		mu.Lock()
+		seen = append(seen, wait{r.MinBytes, r.MaxWaitMillis})
+		mu.Unlock()
+		return nil, nil, false
+	})
+	f := newFetcher(t, brokers, topic, Options{MaxBytes: 64 << 10, MinBytes: 10, MaxWait: 300 * time.Millisecond})
+	for _, tc := range []struct {
+		name  string
+		fetch func(*Batch) error
+		want  wait
+	}{
+		{"Fetch: the options", func(b *Batch) error { return f.Fetch(testContext(t), b) }, wait{10, 300}},
+		{"FetchWait", func(b *Batch) error {
+			return f.FetchWait(testContext(t), b, Wait{Max: 40 * time.Millisecond, MinBytes: 4 << 10})
+		}, wait{4 << 10, 40}},
+		{"FetchWait: MinBytes capped at MaxBytes", func(b *Batch) error {
+			return f.FetchWait(testContext(t), b, Wait{Max: 20 * time.Millisecond, MinBytes: 1 << 20})
+		}, wait{64 << 10, 20}},
+		{"FetchWait: at least 1 byte", func(b *Batch) error {
+			return f.FetchWait(testContext(t), b, Wait{Max: 20 * time.Millisecond})
+		}, wait{1, 20}},
+		{"Heads: at once", func(*Batch) error {
+			_, err := f.Heads(testContext(t), 0, 1)
+			return err
+		}, wait{1, 300}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			seen = nil
+			mu.Unlock()
+			f.SetPosition(0)
+			var b Batch
+			if err := tc.fetch(&b); err != nil {
+				t.Fatal(err)
+			}
+			if tc.name != "Heads: at once" && len(b.Records) != 1 {
+				t.Fatalf("%d records, want the 1 there is", len(b.Records))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) != 1 || seen[0] != tc.want {
+				t.Errorf("broker saw waits %+v, want one %+v", seen, tc.want)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"time"
 
 	"github.com/dedupstream/dedupstream/fetch"
 )
@@ -21,9 +22,20 @@ import (
 // One goroutine of its own runs the fetches; the prefetcher is otherwise
 // driven by the task's goroutine, which must not touch the fetchers while
 // a fetch is in flight.
+//
+// Each fetch asks the broker for minBytes of records or the end of the
+// cycle's read phase (until, set by phase), whichever comes first, and at
+// most maxWait (commit.interval over the raw topics) in any case: at low
+// input rates a stage reads and produces once or twice per cycle instead of
+// once per produce request of its input, sparing the brokers (and its
+// records wait for the commit either way). A fetch sent after the phase
+// ended belongs to the next cycle, whose phase has not begun: it waits
+// maxWait, which ends no later than that phase does.
 type prefetcher struct {
 	ins   []*fetch.Fetcher
 	ahead bool    // fetch the next turn's batch before it is asked for
+	wait  fetch.Wait
+	until time.Time // the end of the open cycle's read phase
 	pos   []int64 // per input: the position after the last batch handed out
 	bufs  [2]fetch.Batch
 	out   int  // bufs[out] was handed out last
@@ -37,9 +49,10 @@ type prefetcher struct {
 }
 
 type prefetchReq struct {
-	ctx context.Context
-	f   *fetch.Fetcher
-	b   *fetch.Batch
+	ctx  context.Context
+	f    *fetch.Fetcher
+	b    *fetch.Batch
+	wait fetch.Wait
 }
 
 type prefetchRes struct {
@@ -47,10 +60,13 @@ type prefetchRes struct {
 	pos int64 // the fetcher's position after the fetch
 }
 
-func newPrefetcher(ins []*fetch.Fetcher, ahead bool) *prefetcher {
+// newPrefetcher reads ins in turn; each fetch waits for wait.MinBytes of
+// records, the end of the read phase, or wait.Max.
+func newPrefetcher(ins []*fetch.Fetcher, ahead bool, wait fetch.Wait) *prefetcher {
 	p := &prefetcher{
 		ins:   ins,
 		ahead: ahead,
+		wait:  wait,
 		pos:   make([]int64, len(ins)),
 		reqs:  make(chan prefetchReq),
 		res:   make(chan prefetchRes, 1),
@@ -62,7 +78,7 @@ func newPrefetcher(ins []*fetch.Fetcher, ahead bool) *prefetcher {
 
 func (p *prefetcher) work() {
 	for q := range p.reqs {
-		err := q.f.Fetch(q.ctx, q.b)
+		err := q.f.FetchWait(q.ctx, q.b, q.wait)
 		p.res <- prefetchRes{err: err, pos: q.f.Position()}
 	}
 }
@@ -127,8 +143,15 @@ func (p *prefetcher) next() (*fetch.Batch, int, error) {
 	return &p.bufs[p.out], t, nil
 }
 
+// phase notes the end of the open cycle's read phase.
+func (p *prefetcher) phase(end time.Time) { p.until = end }
+
 // send starts the fetch of ins[turn] into the batch not handed out.
 func (p *prefetcher) send() {
 	p.busy = true
-	p.reqs <- prefetchReq{ctx: p.ctx, f: p.ins[p.turn], b: &p.bufs[1-p.out]}
+	w := p.wait
+	if left := time.Until(p.until); left > 0 {
+		w.Max = min(w.Max, left)
+	}
+	p.reqs <- prefetchReq{ctx: p.ctx, f: p.ins[p.turn], b: &p.bufs[1-p.out], wait: w}
 }

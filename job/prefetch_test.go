@@ -120,3 +120,54 @@ func TestAbortWithFetchInFlight(t *testing.T) {
 	}
 	e.verify(w, st)
 }
+
+// TestFetchWaitsForTheReadPhase: input produced in small requests a few
+// milliseconds apart is read once or twice per cycle (fetch.min_bytes
+// holds each fetch on the broker until the read phase ends), not once per
+// produce request, so the job adds a few requests per commit to the
+// brokers' load whatever the input's request rate. The raw fetches and the
+// committing EndTxn requests are counted by the broker (kfake's request
+// controls) while the input trickles in; the output is checked by kgo.
+func TestFetchWaitsForTheReadPhase(t *testing.T) {
+	kafkatest.SkipExternal(t, "counts requests with kfake's request controls")
+	e := newEnv(t)
+	w := e.workload(17, 600, 200)
+	var counting atomic.Bool
+	var fetches, commits atomic.Int64
+	e.cluster.ControlKey(int16(kmsg.Fetch), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		for _, tp := range r.(*kmsg.FetchRequest).Topics {
+			if tp.Topic == e.raw && counting.Load() {
+				fetches.Add(int64(len(tp.Partitions)))
+			}
+		}
+		return nil, nil, false
+	})
+	e.cluster.ControlKey(int16(kmsg.EndTxn), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if r.(*kmsg.EndTxnRequest).Commit && counting.Load() {
+			commits.Add(1)
+		}
+		return nil, nil, false
+	})
+	cfg := e.config("0, 1, 2, 3")
+	cfg.Commit.Interval = 200 * time.Millisecond
+	r := e.start(cfg)
+	for r.job.Stats().Ready < partitions {
+		time.Sleep(10 * time.Millisecond)
+	}
+	counting.Store(true)
+	for chunk := range slices.Chunk(w.Records, 4) {
+		e.produce(chunk)
+		time.Sleep(5 * time.Millisecond)
+	}
+	counting.Store(false)
+	e.waitCommitted(r, 1, 60*time.Second)
+	e.stop(r)
+	e.verify(w, r.job.Stats())
+	f, c := fetches.Load(), commits.Load()
+	t.Logf("%d raw fetches, %d commits while %d records trickled in %d requests", f, c, len(w.Records), (len(w.Records)+3)/4)
+	if c == 0 || f > 4*c {
+		t.Fatalf("%d raw fetches for %d commits: more than 4 a cycle, the fetches did not wait for the read phase", f, c)
+	}
+}

@@ -86,8 +86,9 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 	if err != nil {
 		return nil, err
 	}
+	maxWait := min(max(cfg.Commit.Interval, 10*time.Millisecond), fetch.DefaultMaxWait)
 	in, err := fetch.New(j.client, src.topic, src.partition, j.inputOptions(fetch.Options{
-		MaxWait:         min(max(cfg.Commit.Interval, 10*time.Millisecond), fetch.DefaultMaxWait),
+		MaxWait:         maxWait,
 		MaxBytes:        int(cfg.Fetch.PartitionMaxBytes),
 		MaxRequestBytes: int(cfg.Fetch.RequestMaxBytes),
 		RequestTimeout:  j.opts.RequestTimeout,
@@ -100,7 +101,7 @@ func newRouter(j *Job, src source, lay layout) (*router, error) {
 	}
 	return &router{
 		j: j, src: src, lay: lay, keyer: keyer, prod: prod,
-		in:     newPrefetcher([]*fetch.Fetcher{in}, cfg.Fetch.FetchAhead()),
+		in:     newPrefetcher([]*fetch.Fetcher{in}, cfg.Fetch.FetchAhead(), fetch.Wait{Max: maxWait, MinBytes: int(cfg.Fetch.MinBytes)}),
 		log:    j.log.With("route", fmt.Sprintf("%s/%d", src.topic, src.partition)),
 		out:    make([][]sink.Record, lay.partitions),
 		topicB: []byte(src.topic),
@@ -145,6 +146,7 @@ func (rt *router) recover(ctx context.Context) error {
 
 // begin opens a route cycle's transaction and notes its input position.
 func (rt *router) begin() error {
+	rt.in.phase(time.Now().Add(rt.j.cfg.Commit.Interval))
 	rt.from = rt.in.positions(rt.from)
 	return rt.prod.Begin()
 }

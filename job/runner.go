@@ -274,7 +274,7 @@ func (r *runner) connect() error {
 	if err != nil {
 		return err
 	}
-	r.in = newPrefetcher(r.ins, cfg.Fetch.FetchAhead())
+	r.in = newPrefetcher(r.ins, cfg.Fetch.FetchAhead(), fetch.Wait{Max: fo.MaxWait, MinBytes: int(cfg.Fetch.MinBytes)})
 	return nil
 }
 
@@ -424,6 +424,7 @@ func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, er
 // starts from.
 func (r *runner) begin() error {
 	r.begun = time.Now()
+	r.in.phase(r.begun.Add(r.j.cfg.Commit.Interval))
 	r.pos = r.positions(r.pos)
 	return r.prod.Begin()
 }

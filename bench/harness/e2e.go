@@ -42,6 +42,9 @@ type E2ECase struct {
 	// FetchMaxBytes (per partition) and BatchMaxBytes (produce) of both
 	// jobs; 0 is the job's config default.
 	FetchMaxBytes, BatchMaxBytes int
+	// FetchMinBytes is dedupstream's fetch.min_bytes (0: the job's
+	// default, partition_max_bytes; 1: answer at once).
+	FetchMinBytes int
 	// MaxInFlight is the produce requests in flight per transaction of
 	// both jobs (0: the job's default, 1: one at a time), NoFetchAhead
 	// turns the job's fetch.ahead off (the copy job never fetches ahead).
@@ -407,7 +410,7 @@ assignment: {partitions: [%s]}
 dedup: {%sexpected_keys: %d}
 state: {dir: %q}
 commit: {interval: %s, max_records: %d}
-fetch: {partition_max_bytes: %d, ahead: %t}
+fetch: {partition_max_bytes: %d, min_bytes: %d, ahead: %t}
 produce: {batch_max_bytes: %d, max_in_flight: %d}
 metrics: {listen: "off"}
 log: {level: warn}
@@ -466,7 +469,7 @@ func startDedup(ctx context.Context, c E2ECase, brokers, raw []string, out strin
 	}
 	text := fmt.Sprintf(jobConfig, out, quoteList(brokers), quoteList(raw), out, out+"-dlq", strings.Join(parts, ", "),
 		window, perPartition, filepath.Join(dir, "state"), c.Interval, c.MaxRecords,
-		cmp.Or(c.FetchMaxBytes, int(config.DefaultFetchPartitionMaxBytes)), !c.NoFetchAhead,
+		cmp.Or(c.FetchMaxBytes, int(config.DefaultFetchPartitionMaxBytes)), c.fetchMinBytes(), !c.NoFetchAhead,
 		cmp.Or(c.BatchMaxBytes, int(config.DefaultProduceBatchMaxBytes)), cmp.Or(c.MaxInFlight, config.DefaultProduceMaxInFlight))
 	path := filepath.Join(dir, "job.yaml")
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
@@ -634,4 +637,9 @@ func (o timedOut) start(p *Progress) (stop func()) {
 		}
 		stopProfile()
 	}
+}
+
+// fetchMinBytes is dedupstream's fetch.min_bytes for the case.
+func (c *E2ECase) fetchMinBytes() int {
+	return cmp.Or(c.FetchMinBytes, c.FetchMaxBytes, int(config.DefaultFetchPartitionMaxBytes))
 }

@@ -89,6 +89,7 @@ func run(args []string) int {
 	fetchBytes := fs.String("fetch-max-bytes", "", "e2e, kafka: per-partition fetch limit of both jobs (default the job's, "+config.DefaultFetchPartitionMaxBytes.String()+")")
 	maxInFlight := fs.Int("max-in-flight", 0, "e2e, kafka: produce requests in flight per transaction of both jobs (default the job's, 5; 1: one at a time)")
 	noAhead := fs.Bool("no-fetch-ahead", false, "e2e, kafka: turn the job's fetch.ahead off")
+	fetchMinBytes := fs.String("fetch-min-bytes", "", "e2e, kafka, latency: dedupstream's fetch.min_bytes (default the job's: the partition fetch limit; 1 answers at once)")
 	batchBytes := fs.String("produce-batch-bytes", "", "e2e, kafka: produce batch limit of both jobs (default the job's, "+config.DefaultProduceBatchMaxBytes.String()+")")
 	routes := fs.String("routes", "", "kafka: named broker lists, NAME=host:port,...;NAME=... (the first creates topics and reads outputs back unless -setup-route)")
 	setupRoute := fs.String("setup-route", "", "kafka: the route that creates topics, produces the stream and reads outputs back")
@@ -169,6 +170,10 @@ func run(args []string) int {
 	batchMax, err := optSize(*batchBytes)
 	if err != nil {
 		return usage(fmt.Errorf("-produce-batch-bytes: %v", err))
+	}
+	fetchMin, err := optSize(*fetchMinBytes)
+	if err != nil {
+		return usage(fmt.Errorf("-fetch-min-bytes: %v", err))
 	}
 	var jp *harness.JobProcess
 	if *jobProc {
@@ -297,7 +302,7 @@ func run(args []string) int {
 		}
 		sp.Partitions, sp.Topics = or(*partitions, p.partitions), or(*topics, topics0)
 		c := harness.E2ECase{Spec: sp, Records: n, Reps: or(*reps, p.reps), Replication: int16(*replication),
-			Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, BatchMaxBytes: batchMax,
+			Interval: *interval, MaxRecords: *maxRecords, Dir: *dir, FetchMaxBytes: fetchMax, FetchMinBytes: fetchMin, BatchMaxBytes: batchMax,
 			MaxInFlight: *maxInFlight, NoFetchAhead: *noAhead, TimedProfile: *timedProfile, TimedTrace: *timedTrace}
 		if *brokers != "" {
 			c.Brokers = strings.Split(*brokers, ",")
