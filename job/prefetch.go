@@ -33,10 +33,10 @@ import (
 // maxWait, which ends no later than that phase does.
 type prefetcher struct {
 	ins   []*fetch.Fetcher
-	ahead bool    // fetch the next turn's batch before it is asked for
+	ahead bool // fetch the next turn's batch before it is asked for
 	wait  fetch.Wait
 	until time.Time // the end of the open cycle's read phase
-	pos   []int64 // per input: the position after the last batch handed out
+	pos   []int64   // per input: the position after the last batch handed out
 	bufs  [2]fetch.Batch
 	out   int  // bufs[out] was handed out last
 	turn  int  // input of the next batch handed out

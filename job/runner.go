@@ -72,6 +72,9 @@ type runner struct {
 	// input offsets show that it did.
 	doubt *doubtfulCycle
 	begun time.Time // when the open cycle began (its transaction opens with its first request)
+	// produced counts the open cycle's records sent to its output
+	// partition.
+	produced int64
 }
 
 // doubtfulCycle is a cycle whose commit outcome is unknown.
@@ -423,7 +426,7 @@ func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, er
 // begin opens a cycle's transaction and notes the input positions it
 // starts from.
 func (r *runner) begin() error {
-	r.begun = time.Now()
+	r.begun, r.produced = time.Now(), 0
 	r.in.phase(r.begun.Add(r.j.cfg.Commit.Interval))
 	r.pos = r.positions(r.pos)
 	return r.prod.Begin()
@@ -455,13 +458,34 @@ func (r *runner) settle(ctx context.Context, cycle *Stats) error {
 
 // commit ends a cycle: input offsets into the transaction, EndTxn(commit),
 // then the store commit of the cycle's keys with the checkpoint.
+//
+// The offsets' metadata names the output's end after the cycle
+// (outputcheck.go), which the produce acknowledgements tell. It is known
+// before them when the stage knows where its records land (ownTail): then
+// the offsets go to the coordinator beside the produce requests still out
+// (sink.SendOffsetsAhead), one round trip fewer before EndTxn; should the
+// records land elsewhere after all, they are sent again with the end the
+// acknowledgements tell, which replaces them.
 func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	// The partition-count check of this cycle (topicguard.go) starts now,
 	// after its last fetch, and runs while the produces are flushed.
 	since := time.Now()
 	r.j.guard.begin(ctx, since)
+	var err error
+	ahead := r.outNext
+	if r.produced > 0 {
+		ahead = -1
+		if r.tail.known {
+			ahead = r.tail.next + r.produced
+		}
+	}
+	if ahead >= 0 {
+		err = r.prod.SendOffsetsAhead(ctx, r.group, r.offsets(pos, ahead))
+	}
 	// Every produce of the cycle answered: the output offset is known.
-	err := r.prod.Flush(ctx)
+	if err == nil {
+		err = r.prod.Flush(ctx)
+	}
 	span, wrote := r.prod.Span(r.j.cfg.Output.Topic, int32(r.p))
 	if from, to, gap := r.tail.check(span); err == nil && gap {
 		err = r.checkGap(ctx, from, to)
@@ -470,16 +494,11 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		if span.Next >= 0 {
 			r.outNext = span.Next
 		}
-		// The metadata names the output and its end after this cycle
-		// (outputcheck.go).
-		meta := offsetMeta(r.lay.partitions, r.j.cfg.Output.Topic, r.outNext)
-		offsets := make([]sink.Offset, 0, len(pos))
-		for i, off := range pos {
-			if off >= 0 {
-				offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off, Metadata: meta})
-			}
+		if ahead >= 0 && ahead == r.outNext {
+			err = r.prod.OffsetsSent()
+		} else {
+			err = r.prod.SendOffsets(ctx, r.group, r.offsets(pos, r.outNext))
 		}
-		err = r.prod.SendOffsets(ctx, r.group, offsets)
 	}
 	if err == nil {
 		// The topics must still have the counts the job started with.
@@ -505,6 +524,20 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	r.j.countTruncated(cycle)
 	r.snapshot()
 	return nil
+}
+
+// offsets are the input positions pos as offsets to commit, with the
+// output topic and its end after the cycle, outNext, in their metadata
+// (outputcheck.go).
+func (r *runner) offsets(pos []int64, outNext int64) []sink.Offset {
+	meta := offsetMeta(r.lay.partitions, r.j.cfg.Output.Topic, outNext)
+	offsets := make([]sink.Offset, 0, len(pos))
+	for i, off := range pos {
+		if off >= 0 {
+			offsets = append(offsets, sink.Offset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off, Metadata: meta})
+		}
+	}
+	return offsets
 }
 
 // snapshotEvery is how often a stage writes its Bloom snapshot between
@@ -665,6 +698,7 @@ func (r *runner) produce(ctx context.Context) error {
 		if _, err := r.prod.Produce(ctx, r.j.cfg.Output.Topic, int32(r.p), r.emits); err != nil {
 			return fmt.Errorf("produce to %s/%d: %w", r.j.cfg.Output.Topic, r.p, err)
 		}
+		r.produced += int64(len(r.emits))
 		// The cycle will commit input offsets: add the group to the
 		// transaction while the batches are out.
 		r.prod.AddOffsetsEarly(ctx, r.group.ID)

@@ -77,3 +77,99 @@ func TestAddOffsetsEarly(t *testing.T) {
 		})
 	}
 }
+
+// TestSendOffsetsAhead: TxnOffsetCommit sent by SendOffsetsAhead reaches the
+// coordinator while the transaction's (held) produce is still unanswered,
+// and the transaction commits records and offsets. When the offset commit
+// fails, OffsetsSent says so and Commit refuses to end the transaction:
+// nothing of it becomes visible.
+func TestSendOffsetsAhead(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(map[bool]string{false: "overlaps", true: "fails"}[fail], func(t *testing.T) {
+			e := newFakeEnv(t)
+			out, in := e.topic(1), e.topic(1)
+			ctx := ctxT(t)
+			p := e.producer("ahead", func(c *Config) { c.MaxInFlight = 5; c.RetryTimeout = time.Second })
+			var (
+				commits, during atomic.Int32
+				answered        atomic.Bool // the produce was answered
+				held            atomic.Bool
+			)
+			e.cluster.ControlKey(int16(kmsg.TxnOffsetCommit), func(r kmsg.Request) (kmsg.Response, error, bool) {
+				e.cluster.KeepControl()
+				commits.Add(1)
+				if !answered.Load() {
+					during.Add(1)
+				}
+				if fail {
+					req := r.(*kmsg.TxnOffsetCommitRequest)
+					resp := req.ResponseKind().(*kmsg.TxnOffsetCommitResponse)
+					for _, rt := range req.Topics {
+						st := kmsg.NewTxnOffsetCommitResponseTopic()
+						st.Topic = rt.Topic
+						for _, rp := range rt.Partitions {
+							sp := kmsg.NewTxnOffsetCommitResponseTopicPartition()
+							sp.Partition, sp.ErrorCode = rp.Partition, kerr.InvalidTxnState.Code
+							st.Partitions = append(st.Partitions, sp)
+						}
+						resp.Topics = append(resp.Topics, st)
+					}
+					return resp, nil, true
+				}
+				return nil, nil, false
+			})
+			e.cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+				e.cluster.KeepControl()
+				if r.(*kmsg.ProduceRequest).TransactionID == nil || held.Swap(true) {
+					return nil, nil, false
+				}
+				e.cluster.SleepControl(func() { time.Sleep(200 * time.Millisecond) })
+				answered.Store(true)
+				return nil, nil, false
+			})
+			recs := makeRecords("a", 50)
+			if err := p.Begin(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Produce(ctx, out, 0, recs); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.SendOffsetsAhead(ctx, Group{ID: "ahead-group"}, []Offset{{Topic: in, Partition: 0, Offset: 9}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if fail {
+				if err := p.Commit(ctx); err == nil {
+					t.Fatal("Commit ended a transaction whose offset commit failed")
+				}
+				if commits.Load() != 1 || during.Load() != 1 {
+					t.Errorf("%d TxnOffsetCommit, %d of them before the produce was answered (want 1 and 1)", commits.Load(), during.Load())
+				}
+				if err := p.Abort(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if got := e.drain(out, 0, false); len(got) != 0 {
+					t.Errorf("output holds %d records of the aborted transaction", len(got))
+				}
+				return
+			}
+			if err := p.OffsetsSent(); err != nil {
+				t.Fatal(err)
+			}
+			if commits.Load() != 1 || during.Load() != 1 {
+				t.Errorf("%d TxnOffsetCommit, %d of them before the produce was answered (want 1 and 1)", commits.Load(), during.Load())
+			}
+			if err := p.Commit(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := keys(e.drain(out, 0, false)); !slices.Equal(got, recordKeys(recs)) {
+				t.Errorf("output %v, want %v", got, recordKeys(recs))
+			}
+			if got := e.fetchOffsets("ahead-group", in, 0); got[0] != 9 {
+				t.Errorf("committed offset %d, want 9", got[0])
+			}
+		})
+	}
+}

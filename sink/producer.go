@@ -265,6 +265,9 @@ type Producer struct {
 	// early is the AddOffsetsToTxn sent ahead by AddOffsetsEarly, nil
 	// when none is out. See offsets_early.go.
 	early *earlyOffsets
+	// aheadErr is the failure of the offsets SendOffsetsAhead sent, until
+	// OffsetsSent or Commit reports it.
+	aheadErr error
 	// txnSpans: per partition written, where the open transaction's
 	// records landed (span.go).
 	txnSpans map[topicPartition]Span

@@ -162,22 +162,28 @@ func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) e
 		}
 		p.txnGroups[g.ID] = struct{}{}
 	}
-	_, err := p.coordinatorCall(ctx, call{
+	if _, err := p.coordinatorCall(ctx, p.offsetCommitCall(g, offsets)); err != nil {
+		return p.fail(ctx, err)
+	}
+	return nil
+}
+
+// offsetCommitCall is TxnOffsetCommit of offsets for g in the open
+// transaction.
+func (p *Producer) offsetCommitCall(g Group, offsets []Offset) call {
+	req := p.txnOffsetCommit(g, offsets)
+	return call{
 		op:        "txn offset commit",
 		group:     g.ID,
 		topic:     g.ID,
 		partition: -1,
-		build:     func() protocol.Message { return p.txnOffsetCommit(g, offsets) },
+		build:     func() protocol.Message { return req },
 		code: func(m protocol.Message) kafka.Error {
 			return firstCode(m.(*txnoffsetcommit.Response).Topics,
 				func(t *txnoffsetcommit.ResponseTopic) []txnoffsetcommit.ResponsePartition { return t.Partitions },
 				func(pt *txnoffsetcommit.ResponsePartition) int16 { return pt.ErrorCode })
 		},
-	})
-	if err != nil {
-		return p.fail(ctx, err)
 	}
-	return nil
 }
 
 func (p *Producer) txnOffsetCommit(g Group, offsets []Offset) *txnoffsetcommit.Request {
@@ -222,6 +228,9 @@ func (p *Producer) Commit(ctx context.Context) error {
 	}
 	if err := p.flush(ctx); err != nil {
 		return p.fail(ctx, err)
+	}
+	if err := p.OffsetsSent(); err != nil {
+		return err
 	}
 	if err := p.endTxn(ctx, true); err != nil {
 		return p.fail(ctx, err)
@@ -656,6 +665,6 @@ func (p *Producer) resetTxn() {
 	clear(p.txnSpans)
 	clear(p.txnParts)
 	clear(p.txnGroups)
-	p.txnErr = nil
+	p.txnErr, p.aheadErr = nil, nil
 	p.txnTouched = false
 }
