@@ -102,6 +102,7 @@ func RunKafka(ctx context.Context, c KafkaCase, p *Progress) ([]Result, error) {
 	if err := createTopics(ctx, cl, raw, spec.Partitions, c.E2E.Replication); err != nil {
 		return nil, err
 	}
+	defer dropTopics(ctx, cl, p, raw...)
 	ends, inBytes, err := produceStream(ctx, cl, g, raw, c.E2E.Records, p, CaseKafka)
 	if err != nil {
 		return nil, err
@@ -190,6 +191,11 @@ func RunKafka(ctx context.Context, c KafkaCase, p *Progress) ([]Result, error) {
 			}
 			if r.JobCPUSec > 0 {
 				r.CPUUsPerRecord = r.JobCPUSec / float64(truth.Records) * 1e6
+			}
+			// ConsumerPerformance wrote nothing; the others wrote name (and
+			// its DLQ, and a dedupstream job's partitions topic).
+			if a.System != SysConsumerPerf {
+				dropTopics(ctx, cl, p, name, name+"-dlq")
 			}
 			r.Valid = r.Correct.OK()
 			p.Say("%s rep %d %s: %s records/s, %.1f MB/s, job CPU %.1fs, broker CPU %.1fs, %v", CaseKafka, rep, a.Name,

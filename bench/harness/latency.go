@@ -119,6 +119,10 @@ func runLatencyOnce(ctx context.Context, c LatencyCase, rep int, p *Progress) (R
 	if err := createTopics(ctx, env.cl, []string{out, out + "-dlq"}, spec.Partitions, c.E2E.Replication); err != nil {
 		return Result{}, err
 	}
+	if !env.embedded {
+		// After the job stopped (the deferred calls below run first).
+		defer dropTopics(ctx, env.cl, p, out, out+"-dlq")
+	}
 	// The job, here or in a child; jobDone reports its end.
 	var jobDone chan error
 	var stopJob func() error
