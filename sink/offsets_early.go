@@ -2,7 +2,6 @@ package sink
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol"
@@ -58,14 +57,8 @@ func (p *Producer) AddOffsetsEarly(ctx context.Context, group string) {
 // later SendOffsets of the same partitions replaces these offsets in the
 // transaction (the coordinator keeps the last of each).
 func (p *Producer) SendOffsetsAhead(ctx context.Context, g Group, offsets []Offset) error {
-	if err := p.check("send offsets", stateTxn); err != nil {
+	if send, err := p.offsetsToSend(g, offsets); !send {
 		return err
-	}
-	if g.ID == "" {
-		return fmt.Errorf("sink: send offsets: empty group id: %w", ErrState)
-	}
-	if len(offsets) == 0 {
-		return nil
 	}
 	p.joinEarly() // one coordinator call at a time
 	p.touch()

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"context"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -40,23 +41,7 @@ func TestAddOffsetsEarly(t *testing.T) {
 				}
 				return nil, nil, false
 			})
-			var held atomic.Bool
-			e.cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
-				e.cluster.KeepControl()
-				if r.(*kmsg.ProduceRequest).TransactionID == nil || held.Swap(true) {
-					return nil, nil, false
-				}
-				e.cluster.SleepControl(func() { time.Sleep(200 * time.Millisecond) })
-				answered.Store(true)
-				return nil, nil, false
-			})
-			recs := makeRecords("e", 50)
-			if err := p.Begin(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.Produce(ctx, out, 0, recs); err != nil {
-				t.Fatal(err)
-			}
+			recs := e.heldProduce(ctx, p, out, "e", &answered)
 			p.AddOffsetsEarly(ctx, "early-group")
 			if err := p.SendOffsets(ctx, Group{ID: "early-group"}, []Offset{{Topic: in, Partition: 0, Offset: 7}}); err != nil {
 				t.Fatal(err)
@@ -93,7 +78,6 @@ func TestSendOffsetsAhead(t *testing.T) {
 			var (
 				commits, during atomic.Int32
 				answered        atomic.Bool // the produce was answered
-				held            atomic.Bool
 			)
 			e.cluster.ControlKey(int16(kmsg.TxnOffsetCommit), func(r kmsg.Request) (kmsg.Response, error, bool) {
 				e.cluster.KeepControl()
@@ -118,22 +102,7 @@ func TestSendOffsetsAhead(t *testing.T) {
 				}
 				return nil, nil, false
 			})
-			e.cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
-				e.cluster.KeepControl()
-				if r.(*kmsg.ProduceRequest).TransactionID == nil || held.Swap(true) {
-					return nil, nil, false
-				}
-				e.cluster.SleepControl(func() { time.Sleep(200 * time.Millisecond) })
-				answered.Store(true)
-				return nil, nil, false
-			})
-			recs := makeRecords("a", 50)
-			if err := p.Begin(); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := p.Produce(ctx, out, 0, recs); err != nil {
-				t.Fatal(err)
-			}
+			recs := e.heldProduce(ctx, p, out, "a", &answered)
 			if err := p.SendOffsetsAhead(ctx, Group{ID: "ahead-group"}, []Offset{{Topic: in, Partition: 0, Offset: 9}}); err != nil {
 				t.Fatal(err)
 			}
@@ -172,4 +141,29 @@ func TestSendOffsetsAhead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// heldProduce begins a transaction on p and produces 50 records (keys
+// named after prefix) to out/0, the broker holding that produce 200ms
+// before it answers and sets answered; it returns the records.
+func (e *env) heldProduce(ctx context.Context, p *Producer, out, prefix string, answered *atomic.Bool) []Record {
+	e.t.Helper()
+	var held atomic.Bool
+	e.cluster.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		e.cluster.KeepControl()
+		if r.(*kmsg.ProduceRequest).TransactionID == nil || held.Swap(true) {
+			return nil, nil, false
+		}
+		e.cluster.SleepControl(func() { time.Sleep(200 * time.Millisecond) })
+		answered.Store(true)
+		return nil, nil, false
+	})
+	recs := makeRecords(prefix, 50)
+	if err := p.Begin(); err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := p.Produce(ctx, out, 0, recs); err != nil {
+		e.t.Fatal(err)
+	}
+	return recs
 }

@@ -142,14 +142,8 @@ func (p *Producer) Flush(ctx context.Context) error {
 // (AddOffsetsToTxn once per group per transaction, then TxnOffsetCommit to
 // the group coordinator).
 func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) error {
-	if err := p.check("send offsets", stateTxn); err != nil {
+	if send, err := p.offsetsToSend(g, offsets); !send {
 		return err
-	}
-	if g.ID == "" {
-		return fmt.Errorf("sink: send offsets: empty group id: %w", ErrState)
-	}
-	if len(offsets) == 0 {
-		return nil
 	}
 	if err := p.flush(ctx); err != nil {
 		return p.fail(ctx, err)
@@ -166,6 +160,18 @@ func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) e
 		return p.fail(ctx, err)
 	}
 	return nil
+}
+
+// offsetsToSend checks a SendOffsets call: send is false when there is
+// nothing to send, or (with err) when it cannot be sent.
+func (p *Producer) offsetsToSend(g Group, offsets []Offset) (send bool, err error) {
+	if err := p.check("send offsets", stateTxn); err != nil {
+		return false, err
+	}
+	if g.ID == "" {
+		return false, fmt.Errorf("sink: send offsets: empty group id: %w", ErrState)
+	}
+	return len(offsets) > 0, nil
 }
 
 // offsetCommitCall is TxnOffsetCommit of offsets for g in the open
