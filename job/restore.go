@@ -45,7 +45,7 @@ type keyedBatch struct {
 //
 // Each goroutine runs under a profiler label, piece=fetch, key,
 // key-helper, stage (the caller, EndRestore included), and the store's
-// load-spill and load-write (statestore), so that a CPU profile tells
+// load-write (statestore), so that a CPU profile tells
 // what each piece costs and which goroutine bounds the restore
 // (go tool pprof -tags; docs/benchmarks.md, "Restore, session 9").
 func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int64) (int, error) {

@@ -33,7 +33,8 @@ import (
 //     10k), what rebuilding from the raw input costs at best.
 //
 // Each reports keys/s, seconds and process CPU per key; restore also the
-// seconds of its tail, after the read (s-tail). Run: make bench-go BENCH=Restore PKGS=./job
+// seconds of its tail, after the read (s-tail), and the runs the store
+// holds when it ends (runs). Run: make bench-go BENCH=Restore PKGS=./job
 // BENCHTIME=1x (RESTORE_KEYS=10000000 for the 10M figure). With
 // RESTORE_CPUPROFILE=file, each restore writes a CPU profile of itself
 // alone (the fill, the reads and the reprocessing left out): the first to
@@ -129,8 +130,15 @@ state: {dir: %s}
 				b.Fatal(err)
 			}
 			report(b, int(j.Stats().Restored-before), start, cpu)
-			// The part after the read: writing the loaded keys as runs.
+			// The part after the read: writing the last loaded keys as runs.
 			b.ReportMetric(r.restoreTail.Seconds(), "s-tail/restore")
+			// The runs a lookup may probe right after the restore (the
+			// merges of loaded runs follow on the store's merger).
+			runs := 0
+			for _, g := range r.stage.Stats().Store {
+				runs += g.Runs
+			}
+			b.ReportMetric(float64(runs), "runs/restore")
 			r.stage.Close()
 		}
 	})

@@ -151,7 +151,8 @@ type workload struct {
 	floors    int
 	durable   uint64
 	// loadStreaks: commits are Loads except every 300th (a bulk restore
-	// of many buffers, spilled, then ended by a Commit).
+	// of many buffers, written as runs as they fill, then ended by a
+	// Commit).
 	loadStreaks bool
 }
 

@@ -246,19 +246,19 @@
 // the hash into buckets of 4-8k keys, then each bucket by its next bits
 // into sub-buckets of ~4 and an insertion sort; stable, so the last load
 // of a key wins; half the CPU of sorting 128k-key chunks as they filled
-// and merging them with a heap) and spilled to a plain file in dir/ingest
-// (16 bytes per key, 24 in version mode); when the load ends, one k-way
-// merge of the spills writes each generation as one run,
-// its two hash halves as two sstables written on two goroutines, recorded
-// with the load's last state in one synced batch. A key is thus written
-// into an sstable once. Writing every buffer as a run and letting the
-// size-tiered merges combine them wrote each key about 1.8 times at 10M
-// keys and read the runs back through Pebble (BenchmarkRestore: 2.19 ->
-// 1.25 us of CPU per key at 10M). The spills are claimed by nothing: a
-// crash before the final batch reopens the store at its state before the
-// load, and Open removes them with the ingest directory. A load of more
-// than 16 buffers is written as runs every 16 (a durable point that also
-// bounds the merge's fan-in and the spills' disk).
+// and merging them with a heap) and written by the flusher, while the
+// load goes on, as one run per generation (its two hash halves as two
+// sstables written on two goroutines), recorded with the state of the
+// buffer's last Load in one synced batch: a durable point. When the load
+// ends only its last buffer is left to write, and the size-tiered merges
+// combine the loaded runs afterwards, as after flushes. Sessions 6-10
+// spilled full buffers to plain sorted files instead and wrote every key
+// into an sstable once, in one k-way merge when the load ended; that
+// merge ran after the restore's read (0.35-1.05 s of a 10M restore), which
+// now ends 0.07-0.3 s after it (docs/benchmarks.md, "Restore overlap,
+// session 11"). A crash loses the Loads since the last durable point: the
+// store reopens at its state then, and Open removes unrecorded sstables
+// with the ingest directory.
 //
 // # Crash semantics
 //

@@ -11,19 +11,18 @@ import (
 
 // Load records the keys of b and st like Commit, for a bulk restore from
 // the output topic: the keys are only appended to a buffer (no commit log,
-// no hash index), in arrival order. Each time it holds
-// MemTableSize worth of keys the flusher sorts it and spills it to a file;
-// when the load ends, one merge of the spills writes each generation's
-// keys as one run, with the state of the last Load (see loadspill.go). A
-// crash before then loses the Loads (the store reopens at its state before
-// them, from which the restore reads again); a load of more than
-// loadMaxSpills buffers is also written as runs every loadMaxSpills
-// buffers, so a crash loses at most that many.
+// no hash index), in arrival order. Each time it holds MemTableSize worth
+// of keys the flusher sorts it and writes each of its generations as one
+// run, recorded with the state of the buffer's last Load (see
+// loadwrite.go): a durable point of the load. A crash loses the Loads
+// since the last one (the store reopens at its state then, from which the
+// restore reads again), at most a buffer's worth.
 //
-// Loaded keys are not visible to reads until the load ends: the next
-// Commit, Expire, Flush, Compact, Close or read (OpenReader, Get, Lookup,
-// ScanGeneration, Generations) first writes them as runs and waits for
-// them, so every read still sees every key loaded before it.
+// The keys of the buffer being filled are not visible to reads until the
+// load ends: the next Commit, Expire, Flush, Compact, Close or read
+// (OpenReader, Get, Lookup, ScanGeneration, Generations) first writes them
+// as runs and waits for them, so every read still sees every key loaded
+// before it.
 func (s *Store) Load(b *Batch, st State) (State, error) {
 	if b.s != s {
 		return State{}, fmt.Errorf("statestore: load: batch belongs to another store")
@@ -83,23 +82,24 @@ func (s *Store) loadKeys(n int, minGen uint64, st State, add func(*loadBuffer)) 
 	s.mu.Unlock()
 	s.loading.Store(true)
 	if uint64(s.loadBuf.n) >= s.memKeys {
-		if err := s.handOverLoad(s.spill.posted >= loadMaxSpills); err != nil {
+		s.loadWrites++
+		if err := s.handOverLoad(); err != nil {
 			return State{}, err
 		}
 	}
 	return st, nil
 }
 
-// handOverLoad passes the load buffer (nil: none) to the flusher, to
-// spill, or (final) to write with the spills as runs. Under wmu.
-func (s *Store) handOverLoad(final bool) error {
+// handOverLoad passes the load buffer to the flusher, to write as runs
+// with the state of its last Load. Under wmu.
+func (s *Store) handOverLoad() error {
 	prev := s.job
 	if err := s.awaitFlush(); err != nil {
 		return err
 	}
-	if prev != nil && prev.loaded != nil && s.loadBuf != nil {
-		// Done with: its chunks fill next, its merge output serves this
-		// buffer (one merge at a time: one output array).
+	if prev != nil && prev.loaded != nil {
+		// Done with: its chunks fill next, its sort output serves this
+		// buffer (one write at a time: one output array).
 		s.loadSpare = prev.loaded
 		s.loadBuf.sorted, s.loadSpare.sorted = s.loadSpare.sorted, nil
 	}
@@ -111,28 +111,20 @@ func (s *Store) handOverLoad(final bool) error {
 	job := &flushJob{loaded: s.loadBuf, state: st, floor: floor, done: make(chan struct{})}
 	s.loadBuf = nil
 	s.job = job
-	if final {
-		if s.spill.posted >= loadMaxSpills {
-			s.spill.capped++
-		}
-		s.spill.posted = 0
-	} else {
-		s.spill.posted++
-	}
-	if !s.postLoad(job, final) {
+	if !s.postLoad(job) {
 		return s.fatal.get()
 	}
 	return nil
 }
 
-// finishLoad writes what Load buffered and spilled as runs and waits for
-// them. Under wmu.
+// finishLoad writes what Load still buffers as runs and waits for them.
+// Under wmu.
 func (s *Store) finishLoad() error {
 	if !s.loading.Load() {
 		return nil
 	}
-	if (s.loadBuf != nil && s.loadBuf.n > 0) || s.spill.posted > 0 {
-		if err := s.handOverLoad(true); err != nil {
+	if s.loadBuf != nil && s.loadBuf.n > 0 {
+		if err := s.handOverLoad(); err != nil {
 			return err
 		}
 	}
@@ -171,8 +163,8 @@ const loadChunkKeys = 128 << 10
 // that it grows without copying what it holds (growing one slice by
 // doubling copied every key about once more and cleared each new array:
 // BenchmarkRestore profile). The loading goroutine only appends; the
-// flusher sorts the whole buffer at once (sortLoaded) before it spills or
-// writes it. A buffer goes to the flusher whole and comes back for reuse
+// flusher sorts the whole buffer at once (sortLoaded) before it writes
+// it. A buffer goes to the flusher whole and comes back for reuse
 // (Store.loadSpare).
 type loadBuffer struct {
 	chunks [][]memEntry // full (loadChunkKeys) but the last in use

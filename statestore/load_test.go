@@ -111,10 +111,11 @@ func TestSortLoadedMatchesReference(t *testing.T) {
 }
 
 // TestCrashConsistencyBulkLoad is TestCrashConsistency with long streaks of
-// Loads: each streak spills more buffers than loadMaxSpills (so a load
-// writes runs at its durable point and at its end), and crash clones taken
-// in the middle of a streak must reopen at a state whose keys are all
-// there and none of a later commit (a spill claims nothing).
+// Loads: each streak fills many buffers (so a load writes runs with their
+// state at each full buffer, its durable points, and at its end), and
+// crash clones taken in the middle of a streak must reopen at a state
+// whose keys are all there and none of a later commit (the buffer being
+// filled, and a buffer whose runs are not recorded yet, claim nothing).
 func TestCrashConsistencyBulkLoad(t *testing.T) {
 	const commits = 1200
 	for seed := uint64(1); seed <= soakSeeds(1); seed++ {
@@ -122,7 +123,7 @@ func TestCrashConsistencyBulkLoad(t *testing.T) {
 			fs := newCloneableMem()
 			opts := testOptions(fs)
 			opts.VersionMode = true
-			opts.MemTableSize = 32 << 10 // 1024 keys a buffer: a spill every ~17 Loads
+			opts.MemTableSize = 32 << 10 // 1024 keys a buffer: runs every ~17 Loads
 			s := mustOpen(t, "db", opts)
 			w := &workload{rng: rand.New(rand.NewPCG(seed, 11)), h: newHistory(), loadStreaks: true}
 			b := s.NewBatch()
@@ -137,8 +138,8 @@ func TestCrashConsistencyBulkLoad(t *testing.T) {
 					points = append(points, crashPoint{fs: clone, committed: w.committed, floors: w.floors, durable: w.durable, unsyncedPc: pc})
 				}
 			}
-			if s.spill.capped == 0 {
-				t.Fatalf("%d spills written, no load reached loadMaxSpills: the test does not cover its durable point", s.spill.seq)
+			if s.loadWrites == 0 {
+				t.Fatal("no load buffer was written before its load ended: the test does not cover the durable points")
 			}
 			mustClose(t, s)
 			points = append(points, crashPoint{fs: fs.CrashClone(vfs.CrashCloneCfg{}), committed: w.committed, floors: w.floors, durable: w.committed})
@@ -150,10 +151,11 @@ func TestCrashConsistencyBulkLoad(t *testing.T) {
 	}
 }
 
-// TestLoadNewestVersionWins: a key loaded in several buffers (spilled, and
-// the last one still in memory when the load ends) keeps the version of
-// its last Load, in version mode, whichever buffer held it; and keys of
-// several generations, some split into hash halves, all come back.
+// TestLoadNewestVersionWins: a key loaded in several buffers (written as
+// runs while the load went on, and the last one still in memory when the
+// load ends) keeps the version of its last Load, in version mode,
+// whichever buffer held it; and keys of several generations, some split
+// into hash halves, all come back.
 func TestLoadNewestVersionWins(t *testing.T) {
 	opts := testOptions(vfs.NewMem())
 	opts.VersionMode = true
@@ -181,12 +183,13 @@ func TestLoadNewestVersionWins(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// 4000 Loads of 3000 keys into buffers of 1024 keys: a few spills.
+	// 4000 Loads of 3000 keys into buffers of 1024 keys: a few runs of
+	// each generation, holding some keys twice.
 	if err := s.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if s.spill.seq == 0 {
-		t.Fatal("no spill written: the test does not cover the merge of spills")
+	if s.loadWrites == 0 {
+		t.Fatal("no buffer written before the load ended: the test does not cover keys in several runs")
 	}
 	for h, v := range want {
 		got, found, err := s.Get(genOf[h], h)
@@ -272,11 +275,11 @@ func BenchmarkLoadWrite(b *testing.B) {
 // TestLoadHashesMatchesLoad: LoadHashes leaves a store exactly as Load of
 // the same keys in Batches does, in version mode (versions kept, the last
 // load of a key winning, nil versions loading 0) and with Loads of several
-// generations into one buffer, spilled and not.
+// generations into one buffer, written while loading and at the end.
 func TestLoadHashesMatchesLoad(t *testing.T) {
 	opts := testOptions(vfs.NewMem())
 	opts.VersionMode = true
-	opts.MemTableSize = 32 << 10 // ~1k keys a buffer: spills
+	opts.MemTableSize = 32 << 10 // ~1k keys a buffer: runs while loading
 	viaBatch, viaHashes := mustOpen(t, "batch", opts), mustOpen(t, "hashes", opts)
 	defer mustClose(t, viaBatch)
 	defer mustClose(t, viaHashes)
@@ -311,8 +314,8 @@ func TestLoadHashesMatchesLoad(t *testing.T) {
 	if _, err := viaHashes.LoadHashes(5, make([]partition.Hash, 2), []uint64{1}, State{}); err == nil {
 		t.Fatal("LoadHashes took 1 version for 2 hashes")
 	}
-	if viaHashes.spill.seq == 0 {
-		t.Fatal("no spill written: the test does not cover spilled buffers")
+	if viaHashes.loadWrites == 0 {
+		t.Fatal("no buffer written before the load ended: the test does not cover full buffers")
 	}
 	scan := func(s *Store) map[[2]uint64]uint64 {
 		got := map[[2]uint64]uint64{}
@@ -340,153 +343,77 @@ func TestLoadHashesMatchesLoad(t *testing.T) {
 	}
 }
 
-// BenchmarkLoadMerge merges what writeLoadPart merges for one generation
-// of a 10M-key restore, scaled down: 5 spilled buffers of 400k keys and the
-// last buffer of 200k in memory, uniform hashes, 1% of them loaded again
-// in a later buffer; CPU ns per key merged (the emit a no-op). A merge by
-// blocks of equal top bits, each radix-sorted in cache, measured the same
-// as the heap of cursors (45 ns per key, loaded machine), so the heap
-// stays.
-func BenchmarkLoadMerge(b *testing.B) {
-	const spills, perSpill, inMem = 5, 400_000, 200_000
-	rng := rand.New(rand.NewPCG(11, 12))
-	fs := vfs.NewMem()
-	var prev []memEntry
-	sorted := func(n int) []memEntry {
-		es := make([]memEntry, n)
-		for i := range es {
-			es[i] = memEntry{gen: 1, h: partition.Hash{Hi: rng.Uint64(), Lo: rng.Uint64()}}
-			if len(prev) > 0 && rng.IntN(100) == 0 {
-				es[i].h = prev[rng.IntN(len(prev))].h
-			}
+// TestLoadWritesFullBuffers: a full load buffer is written as runs while
+// the load goes on, with the state of its last Load: before the load ends,
+// the runs are in the registry (readers do not end the load to find
+// them), and a crash then reopens the store at that Load's state with
+// every key up to it and none after; the end of the load writes only what
+// is left, the last buffer.
+func TestLoadWritesFullBuffers(t *testing.T) {
+	fs := newCloneableMem()
+	opts := testOptions(fs)
+	opts.MemTableSize = 32 << 10
+	s := mustOpen(t, "db", opts)
+	defer mustClose(t, s)
+	const gen, perLoad, loads = 2, 100, 35
+	durable, filling := 0, 0 // the last Load of a full buffer; keys in the one filling
+	for i := 1; i <= loads; i++ {
+		hs := make([]partition.Hash, perLoad)
+		for j := range hs {
+			hs[j] = keyOf(uint64(i), uint64(j))
 		}
-		slices.SortFunc(es, func(a, b memEntry) int { return compareMem(&a, &b) })
-		es = slices.CompactFunc(es, func(a, b memEntry) bool { return a.h == b.h })
-		prev = es
-		return es
-	}
-	var segs []spillSeg
-	var files []vfs.File
-	for i := range spills {
-		es := sorted(perSpill)
-		var buf []byte
-		for _, e := range es {
-			buf = binary.LittleEndian.AppendUint64(buf, e.h.Hi)
-			buf = binary.LittleEndian.AppendUint64(buf, e.h.Lo)
-		}
-		name := fmt.Sprintf("s%d", i)
-		f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := f.Write(buf); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			b.Fatal(err)
-		}
-		if f, err = fs.Open(name); err != nil {
-			b.Fatal(err)
-		}
-		files = append(files, f)
-		segs = append(segs, spillSeg{gen: 1, n: int64(len(es))})
-	}
-	mem := sorted(inMem)
-	var m loadMerge
-	var cpu int64
-	var keys int
-	for b.Loop() {
-		start := cpuTime()
-		m.reset()
-		for i, f := range files {
-			m.addFile(f, segs[i], 16, false)
-		}
-		m.addMem(mem)
-		keys = 0
-		if err := m.run(func(partition.Hash, uint64) error { keys++; return nil }); err != nil {
-			b.Fatal(err)
-		}
-		cpu += int64(cpuTime() - start)
-	}
-	b.ReportMetric(float64(cpu)/float64(b.N*keys), "cpu-ns/key")
-}
-
-// TestLoadMergeMatchesModel: loadMerge over 1 to 12 sources (spill files
-// and a sorted slice, as writeLoadPart adds them), overlapping keys and
-// empty sources, against a map model where the newest source's version of a
-// hash wins; the hashes come out once each, in order.
-func TestLoadMergeMatchesModel(t *testing.T) {
-	rng := rand.New(rand.NewPCG(21, 22))
-	fs := vfs.NewMem()
-	var m loadMerge // reused across rounds, as a part's halves reuse it
-	for round := range 200 {
-		k := 1 + round%12
-		pool := make([]partition.Hash, 1+rng.IntN(300))
-		for i := range pool {
-			pool[i] = partition.Hash{Hi: rng.Uint64() >> uint(rng.IntN(3)*30), Lo: rng.Uint64()}
-		}
-		want := map[partition.Hash]uint64{}
-		m.reset()
-		for src := range k {
-			n := rng.IntN(len(pool) + 1)
-			if rng.IntN(6) == 0 {
-				n = 0
-			}
-			es := make([]memEntry, 0, n)
-			for range n {
-				h := pool[rng.IntN(len(pool))]
-				es = append(es, memEntry{h: h, version: uint64(src*1000 + rng.IntN(1000))})
-			}
-			slices.SortFunc(es, func(a, b memEntry) int { return compareMem(&a, &b) })
-			es = slices.CompactFunc(es, func(a, b memEntry) bool { return a.h == b.h })
-			for _, e := range es {
-				want[e.h] = e.version // later sources are newer
-			}
-			if src == k-1 && rng.IntN(2) == 0 {
-				m.addMem(es)
-				continue
-			}
-			var buf []byte
-			for _, e := range es {
-				buf = binary.LittleEndian.AppendUint64(buf, e.h.Hi)
-				buf = binary.LittleEndian.AppendUint64(buf, e.h.Lo)
-				buf = binary.LittleEndian.AppendUint64(buf, e.version)
-			}
-			name := fmt.Sprintf("m%d-%d", round, src)
-			f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := f.Write(buf); err != nil {
-				t.Fatal(err)
-			}
-			if err := f.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if f, err = fs.Open(name); err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			m.addFile(f, spillSeg{n: int64(len(es))}, 24, true)
-		}
-		var got []memEntry
-		err := m.run(func(h partition.Hash, v uint64) error {
-			got = append(got, memEntry{h: h, version: v})
-			return nil
-		})
-		if err != nil {
+		if _, err := s.LoadHashes(gen, hs, nil, State{Generation: gen, Checkpoint: checkpointOf(uint64(i))}); err != nil {
 			t.Fatal(err)
 		}
-		if len(got) != len(want) {
-			t.Fatalf("round %d, %d sources: %d hashes merged, want %d", round, k, len(got), len(want))
+		if filling += perLoad; uint64(filling) >= s.memKeys {
+			durable, filling = i, 0
 		}
-		for i, e := range got {
-			if i > 0 && !lessHash(&got[i-1].h, &e.h) {
-				t.Fatalf("round %d, %d sources: hash %d out of order or repeated", round, k, i)
-			}
-			if v, ok := want[e.h]; !ok || v != e.version {
-				t.Fatalf("round %d, %d sources: hash %v version %d, want the newest source's %d (%t)", round, k, e.h, e.version, v, ok)
+	}
+	if durable < 2 || filling == 0 {
+		t.Fatalf("%d keys a buffer: the Loads fill %d, want several and one left filling", s.memKeys, durable)
+	}
+	if err := s.settleFlushes(); err != nil {
+		t.Fatal(err)
+	}
+	if !s.loading.Load() {
+		t.Fatal("the load ended without a read or a Commit")
+	}
+	var inRuns uint64
+	for _, r := range s.runs.Load().of(gen) {
+		inRuns += r.keys
+	}
+	if inRuns != uint64(durable*perLoad) {
+		t.Fatalf("before the load ends, its runs hold %d keys, want the %d of its full buffers", inRuns, durable*perLoad)
+	}
+	check := func(s *Store, last int, what string) {
+		t.Helper()
+		if st := s.State(); binary.BigEndian.Uint64(st.Checkpoint) != uint64(last) {
+			t.Fatalf("%s: state of Load %d, want %d", what, binary.BigEndian.Uint64(st.Checkpoint), last)
+		}
+		for i := 1; i <= loads; i++ {
+			for j := range perLoad {
+				_, found, err := s.Get(gen, keyOf(uint64(i), uint64(j)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if found != (i <= last) {
+					t.Fatalf("%s: key %d of Load %d found %t, want %t", what, j, i, found, i <= last)
+				}
 			}
 		}
 	}
+	crashed := mustOpen(t, "db", func() Options { o := opts; o.FS = fs.CrashClone(vfs.CrashCloneCfg{}); return o }())
+	check(crashed, durable, "reopened after a crash before the load ended")
+	mustClose(t, crashed)
+	if err := s.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	inRuns = 0
+	for _, r := range s.runs.Load().of(gen) {
+		inRuns += r.keys
+	}
+	if inRuns != loads*perLoad {
+		t.Fatalf("after the load, its runs hold %d keys, want %d", inRuns, loads*perLoad)
+	}
+	check(s, loads, "after the load")
 }

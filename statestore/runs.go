@@ -310,7 +310,7 @@ func (rw *runWriter) finish() (run, error) {
 // flushJob hands a full memIndex to the flusher.
 type flushJob struct {
 	mem    *memIndex
-	loaded *loadBuffer // instead of mem: the keys of Loads (loadspill.go)
+	loaded *loadBuffer // instead of mem: the keys of Loads (loadwrite.go)
 	state  State       // the state of the last commit in mem
 	floor  uint64      // the floor in force when mem was handed over
 	err    error
@@ -597,8 +597,8 @@ func (s *Store) publishRuns(job *flushJob, written []run, what string, atView fu
 		_ = pb.Set(metaStateKey, appendState(nil, job.state), nil)
 	}
 	_ = pb.Set(metaRunsKey, rs.encode(), nil)
-	// Synced: a flush removes the commit log of job.mem next, a load its
-	// spills.
+	// Synced: a flush removes the commit log of job.mem next; a load's
+	// state is the point a restore resumes from after a crash.
 	if err := pb.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

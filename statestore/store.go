@@ -105,7 +105,9 @@ type Store struct {
 	loadBuf   *loadBuffer // keys of Loads not yet handed to the flusher (under wmu)
 	loadSpare *loadBuffer // a load buffer the flusher is done with, for reuse (under wmu)
 	loading   atomic.Bool // Loads not yet all in runs
-	spill     loadSpills  // the spills of the load (loadspill.go)
+	// loadWrites counts the load buffers handed to the flusher when full,
+	// before their load ended (under wmu; tests).
+	loadWrites int
 
 	w     *worker // runs every write-path Pebble call but merges (see worker)
 	mg    merger  // runs the merges (see merger)
