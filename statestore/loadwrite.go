@@ -20,15 +20,19 @@ import (
 // write, so a restore ends shortly after its read: the size-tiered merges
 // combine the loaded runs afterwards, on the merger.
 //
-// Before (session 6 to 10), full buffers were spilled to plain sorted
+// Before (sessions 6 to 10), full buffers were spilled to plain sorted
 // files and one k-way merge of them wrote each generation as one run when
 // the load ended: every key was written into an sstable once, but that
-// merge and write of the whole load ran after the read (0.35-1.05 s of a
-// 10M restore, on both cores). Writing each buffer as a run moves that
-// work into the read, where the flusher was idle about half the time, and
-// leaves the merge of the loaded runs (at 10M keys one merge of 8 of them,
-// ~0.8 s on the merger) to the size-tiered policy, as after flushes;
-// docs/benchmarks.md, "Restore overlap, session 11".
+// merge and write of the whole load ran after the read (a 10M restore's
+// tail: 0.6-0.8 s quiet, 0.8-1.2 s loaded; now 0.06-0.43 s, median 0.12),
+// and a load of more than 16 buffers stopped to merge 16 spills on the
+// worker. Writing each buffer as a run moves that work into the read,
+// where the flusher was idle about 40 % of the time; the merge of the
+// loaded runs (at 10M keys one merge of 8 of them: 1.0-1.6 s and 0.7-1.1 s
+// of CPU on the merger, starting as the restore ends) is left to the
+// size-tiered policy, as after flushes. In all the store does about 10 %
+// more CPU per restored key: docs/benchmarks.md, "Restore overlap,
+// session 11".
 //
 // A generation of at least loadSplitKeys keys in a buffer is written as
 // two sstables, one per half of the hash space, on two goroutines: the run
