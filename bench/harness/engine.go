@@ -43,9 +43,17 @@ type EngineCase struct {
 	HeapProfile string
 	// TimedProfile, when not empty, is where RunStage writes a CPU profile
 	// of the timed records alone (the pre-fill and restarts left out). It
-	// cannot be combined with a profile of the whole run.
+	// cannot be combined with a profile of the whole run. The harness
+	// goroutine's samples are labelled span=stage inside Process + Commit
+	// and span=harness between them; the store's background goroutines
+	// carry no label (go tool pprof -tags, -tagfocus).
 	TimedProfile string
 }
+
+// settleMax bounds the wait after an engine case's timed records for the
+// store's background work (spanCPU.settle): a merge of eight leaves at 100M
+// keys takes a few seconds of CPU.
+const settleMax = 60 * time.Second
 
 // stopped reports the case's context error, if any.
 func (c EngineCase) stopped() error {
@@ -180,12 +188,14 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		done  int
 	)
 	stopProfile := startCPUProfile(c.TimedProfile, p)
-	cpu0 = selfCPU()
+	span := startSpan()
 	for done < c.Records {
 		in := g.Fill(min(engineBatch, c.Records-done))
+		span.enter()
 		t0 := time.Now()
 		cnt, err := process(in)
 		d := time.Since(t0)
+		span.leave()
 		if err != nil {
 			return Result{}, err
 		}
@@ -199,8 +209,11 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		}
 		p.Tick("%s: %s of %s records, %s records/s", name, count(uint64(done)), count(uint64(c.Records)), rate(uint64(done), busy))
 	}
-	p.Say("%s: timed records %.3f us of process CPU per record", name, (selfCPU()-cpu0)*1e6/float64(done))
 	stopProfile()
+	sampler.setPhase("settle")
+	span.settle(settleMax)
+	cpuPerRecord := (span.stage + span.between) * 1e6 / float64(done)
+	p.Say("%s: timed records %.3f us of process CPU per record: %s", name, cpuPerRecord, span.String(done))
 	after := g.Counts()
 	base, peak := mem.peak()
 	var ms runtime.MemStats
@@ -214,6 +227,9 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		RecordsPerSec: float64(done) / busy.Seconds(),
 		Latency:       latencyOf(fmt.Sprintf("batch of %d records (Process + Commit)", engineBatch), lat),
 		RSSStartBytes: base, RSSPeakBytes: peak,
+		CPUUsPerRecord:      cpuPerRecord,
+		TailCPUUsPerRecord:  span.tail * 1e6 / float64(done),
+		StageCPUUsPerRecord: span.stage * 1e6 / float64(done),
 	}
 	ps := st.Stats()
 	keys := float64(spec.KeysPerWindow)

@@ -68,6 +68,8 @@ func TestSummariseAndTargets(t *testing.T) {
 		res(CaseSweep, SysDedup, 1_000_000, 0.05, 200, true),
 		res(CaseSweep, SysDedup, 100_000_000, 0.05, 120, true),
 	}
+	// CPU per record of the sweep points: 0.3 at 1M, 0.75 at 100M.
+	results[len(results)-2].CPUUsPerRecord, results[len(results)-1].CPUUsPerRecord = 0.3, 0.75
 	rows := Summarise(results)
 	if len(rows) != 6 {
 		t.Fatalf("%d rows, want 6", len(rows))
@@ -95,6 +97,8 @@ func TestSummariseAndTargets(t *testing.T) {
 					t.Errorf("%s: %s judged missed", tg.Name, tg.Measured)
 				case k == "largest window" && tg.Met != false: // 0.6x
 					t.Errorf("%s: %s judged met, want missed", tg.Name, tg.Measured)
+				case k == "largest window" && !strings.Contains(tg.Measured, "by CPU per record 0.300 / 0.750 us: 0.40x"):
+					t.Errorf("%s: %s lacks the ratio by CPU (0.40x)", tg.Name, tg.Measured)
 				}
 			}
 		}

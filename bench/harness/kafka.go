@@ -328,7 +328,7 @@ func selfCPU() float64 {
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
 		return 0
 	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	return ruCPU(&ru)
 }
 
 // procsCPU sums the user+system CPU seconds of pids from /proc (0 for a pid

@@ -116,6 +116,13 @@ type Result struct {
 	JobCPUSec      float64 `json:"job_cpu_s,omitempty"`
 	BrokerCPUSec   float64 `json:"broker_cpu_s,omitempty"`
 	CPUUsPerRecord float64 `json:"cpu_us_per_record,omitempty"`
+	// StageCPUUsPerRecord and TailCPUUsPerRecord split an engine case's
+	// process CPU (CPUUsPerRecord: over the timed records, whatever ran)
+	// into the part inside the stage's calls and add what the process used
+	// after the last record until it was quiet: the flushes and merges the
+	// store still owed (see spanCPU).
+	StageCPUUsPerRecord float64 `json:"stage_cpu_us_per_record,omitempty"`
+	TailCPUUsPerRecord  float64 `json:"tail_cpu_us_per_record,omitempty"`
 	// JobProcess says where a job ran when not inside the harness: "own
 	// process" or "own process on cores N" (see JobProcess).
 	JobProcess string `json:"job_process,omitempty"`
