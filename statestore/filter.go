@@ -6,8 +6,12 @@ import (
 	"math/bits"
 	"runtime"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/dedupstream/dedupstream/internal/prefetch"
+	"github.com/dedupstream/dedupstream/partition"
 )
 
 // runFilter is the sstable filter of a run: a blocked Bloom filter (each
@@ -188,6 +192,14 @@ func filterHash(key []byte, v1 bool) (block, probes uint64) {
 	return mix64(a ^ bits.RotateLeft64(b, 29)), mix64(b + 0x632BE59BD9B4E019)
 }
 
+// runFilterBlockAt is the byte offset, in a filter of n blocks, of the
+// block of a key whose block hash (filterHash) is block: the hash mapped
+// onto the blocks by its high bits (multiply-shift, no division).
+func runFilterBlockAt(block, n uint64) uint64 {
+	hi, _ := bits.Mul64(block, n)
+	return hi * runFilterBlockBytes
+}
+
 func mix64(x uint64) uint64 {
 	x ^= x >> 31
 	x *= 0x7FB5D329728EA185
@@ -204,8 +216,8 @@ func (rf runFilter) MayContain(_ pebble.FilterType, f, key []byte) bool {
 		return true // not a filter this code wrote: no answer
 	}
 	block, probes := filterHash(key, rf.v1)
-	hi, _ := bits.Mul64(block, n)
-	blk := f[hi*runFilterBlockBytes : (hi+1)*runFilterBlockBytes]
+	off := runFilterBlockAt(block, n)
+	blk := f[off : off+runFilterBlockBytes]
 	for range k {
 		bit := probes & (runFilterBlockBits - 1)
 		if blk[bit>>3]&(1<<(bit&7)) == 0 {
@@ -397,4 +409,24 @@ func (m *memFilter) mayContain(key []byte) bool {
 	ok := runFilter{}.MayContain(pebble.TableFilter, m.f, key)
 	runtime.KeepAlive(m)
 	return ok
+}
+
+// blockOf is the byte offset in m.f of the block mayContain reads for the
+// run key of hash h, and false if m.f is no filter this code wrote. A run
+// key's block hash is h's high word (filterHash, v2: every memFilter).
+func (m *memFilter) blockOf(h partition.Hash) (uint64, bool) {
+	n, _, ok := runFilterShape(m.f)
+	if !ok {
+		return 0, false
+	}
+	return runFilterBlockAt(h.Hi, n), true
+}
+
+// prefetch asks the CPU for the block of m that mayContain reads for the
+// run key of hash h, without waiting for it. The caller holds m.
+func (m *memFilter) prefetch(h partition.Hash) {
+	if off, ok := m.blockOf(h); ok {
+		prefetch.Line(uintptr(unsafe.Pointer(&m.f[off])))
+	}
+	runtime.KeepAlive(m)
 }

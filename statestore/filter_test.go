@@ -241,3 +241,49 @@ func BenchmarkRunFilterWrite(b *testing.B) {
 		}
 	}
 }
+
+// TestRunFilterPrefetchBlock: the block a Reader prefetches for a hash
+// (memFilter.blockOf) is the one mayContain then reads, for filters of
+// both sizes: with that block cleared, no key the run holds is found any
+// more, while every other block's keys still are.
+func TestRunFilterPrefetchBlock(t *testing.T) {
+	for _, bits := range []uint64{runFilterBitsPerKey, runFilterBitsLarge} {
+		t.Run(fmt.Sprintf("bits=%d", bits), func(t *testing.T) {
+			const n = 20_000
+			var mf *memFilter
+			w := runFilter{keys: n, bits: bits, keep: &mf}.NewWriter(pebble.TableFilter)
+			var k [bucketKeyLen]byte
+			for i := range n {
+				putRunKey(k[:], 4, 9, keyOf(2, uint64(i)))
+				w.AddKey(k[:])
+			}
+			w.Finish(nil)
+			defer mf.drop()
+			for i := range 200 {
+				h := keyOf(2, uint64(i))
+				off, ok := mf.blockOf(h)
+				if !ok {
+					t.Fatal("blockOf: not a filter this code wrote")
+				}
+				mf.prefetch(h) // never faults, changes nothing
+				putRunKey(k[:], 4, 9, h)
+				if !mf.mayContain(k[:]) {
+					t.Fatalf("key %d written but the filter says no", i)
+				}
+				saved := [runFilterBlockBytes]byte(mf.f[off : off+runFilterBlockBytes])
+				clear(mf.f[off : off+runFilterBlockBytes])
+				if mf.mayContain(k[:]) {
+					t.Fatalf("key %d: found with block %d cleared: blockOf names another block than the probe reads", i, off/runFilterBlockBytes)
+				}
+				other := keyOf(2, uint64(n-1-i))
+				if o, _ := mf.blockOf(other); o != off {
+					putRunKey(k[:], 4, 9, other)
+					if !mf.mayContain(k[:]) {
+						t.Fatalf("key %d: not found once block %d of another key was cleared", n-1-i, off/runFilterBlockBytes)
+					}
+				}
+				copy(mf.f[off:], saved[:])
+			}
+		})
+	}
+}

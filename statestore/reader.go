@@ -241,7 +241,19 @@ func (rd *Reader) probe() error {
 	if n := len(rd.runs.of(g)); len(rd.byGen[g]) != n {
 		return fmt.Errorf("no iterator for %d of the %d runs", n-len(rd.byGen[g]), n)
 	}
-	for i, ri := range rd.byGen[g] {
+	runs := rd.byGen[g]
+	if len(runs) > 1 {
+		// In a large store each run's filter block is a cache miss (68
+		// MiB of filters at 100M keys), and the loop below tests one
+		// filter after the other until a run holds h: ask for all the
+		// blocks first, so that their misses overlap.
+		for _, ri := range runs {
+			if ri.filter != nil {
+				ri.filter.prefetch(h)
+			}
+		}
+	}
+	for i, ri := range runs {
 		if i == 0 {
 			putRunKey(rd.key[:], g, ri.id, h)
 		} else {
