@@ -337,7 +337,11 @@
 // recent keys, the index being flushed, then the generation's runs newest
 // first, stopping at the first hit: the run's filter in memory, then, if
 // it may hold the key, one SeekGE to the pack that can hold it and a binary
-// search in the pack. A run's filter is the store's own (filter.go): a
+// search in the pack. Before the first filter is tested, every run's filter
+// block for the key is prefetched, so their cache misses overlap instead of
+// coming one after the other (since session 11: at 100M keys the filters
+// hold 68 MiB, and the sweep's runFilter.MayContain fell from 0.12-0.15 s
+// to 0.02 s of CPU per 6M records). A run's filter is the store's own (filter.go): a
 // blocked Bloom filter of 8 bits per key for a flush's run (2.5 % false
 // positives measured; 10 bits, 0.94-1.0 %, until session 7) and 4 bits (3 probes) for
 // a larger one, a merge's or a bulk load's (~15 %; since session 10: a
