@@ -66,11 +66,12 @@ func TestAddOffsetsEarly(t *testing.T) {
 // TestSendOffsetsAhead: TxnOffsetCommit sent by SendOffsetsAhead reaches the
 // coordinator while the transaction's (held) produce is still unanswered,
 // and the transaction commits records and offsets. When the offset commit
-// fails, OffsetsSent says so and Commit refuses to end the transaction:
-// nothing of it becomes visible.
+// fails, Commit refuses to end the transaction (and SendOffsets refuses to
+// send them again): nothing of it becomes visible.
 func TestSendOffsetsAhead(t *testing.T) {
-	for _, fail := range []bool{false, true} {
-		t.Run(map[bool]string{false: "overlaps", true: "fails"}[fail], func(t *testing.T) {
+	for _, mode := range []string{"overlaps", "fails", "fails-then-sent-again"} {
+		t.Run(mode, func(t *testing.T) {
+			fail := mode != "overlaps"
 			e := newFakeEnv(t)
 			out, in := e.topic(1), e.topic(1)
 			ctx := ctxT(t)
@@ -108,6 +109,13 @@ func TestSendOffsetsAhead(t *testing.T) {
 			}
 			if err := p.Flush(ctx); err != nil {
 				t.Fatal(err)
+			}
+			if mode == "fails-then-sent-again" {
+				// The offsets sent once more, in order, must not hide the
+				// failure: the transaction may be unusable.
+				if err := p.SendOffsets(ctx, Group{ID: "ahead-group"}, []Offset{{Topic: in, Partition: 0, Offset: 9}}); err == nil {
+					t.Fatal("SendOffsets after the offsets sent ahead failed: nil")
+				}
 			}
 			if fail {
 				if err := p.Commit(ctx); err == nil {

@@ -148,7 +148,9 @@ func (p *Producer) SendOffsets(ctx context.Context, g Group, offsets []Offset) e
 	if err := p.flush(ctx); err != nil {
 		return p.fail(ctx, err)
 	}
-	p.joinEarly()
+	if err := p.OffsetsSent(); err != nil {
+		return err // offsets sent ahead failed: the transaction can only abort
+	}
 	if _, ok := p.txnGroups[g.ID]; !ok {
 		p.touch()
 		if _, err := p.coordinatorCall(ctx, p.addOffsetsCall(g.ID)); err != nil {
