@@ -32,8 +32,10 @@ import (
 // ErrOtherWriter. Markers alone carry no keys and pass. Recovery sets ownTail to the
 // partition's end when no transaction is open there (all that recovery
 // restored is then the whole partition), a commit to one past the marker
-// that follows its records; an abort, or a cycle whose last offset the
-// broker did not say, leaves it unknown until the next commit.
+// that follows its records, and the gap is read from that marker's slot
+// on (another writer's record can take it: see ownTail); an abort, or a
+// cycle whose last offset the broker did not say, leaves it unknown until
+// the next commit.
 //
 // It detects a writer that appends between two of the stage's commits, so
 // at the latest on the stage's second commit after that writer started.
@@ -48,9 +50,17 @@ import (
 var ErrOtherWriter = errors.New("another producer writes to the output")
 
 // ownTail is the offset where the stage's next output record must land,
-// when known (the zero value knows nothing).
+// when known (the zero value knows nothing), and where a gap before it
+// is read from: the slot of the last commit's marker. The marker's
+// offset is not told to the producer; a record another writer appends
+// after the cycle's last batch and before its marker takes that slot and
+// pushes the marker one further, so that the next cycle's gap holds the
+// marker and the foreign record sits just before it (seen on three
+// brokers: the hand-written record of TestOtherWriterStopsTheJob at the
+// slot, the marker after it).
 type ownTail struct {
 	next  int64
+	from  int64
 	known bool
 }
 
@@ -58,7 +68,7 @@ type ownTail struct {
 // after the stage took its transactional id over (which settled its own
 // open transaction): with no transaction open, the partition ends there.
 func (t *ownTail) recovered(offs fetch.Offsets) {
-	t.next, t.known = offs.Latest, offs.Latest == offs.LastStable
+	t.next, t.from, t.known = offs.Latest, offs.Latest, offs.Latest == offs.LastStable
 }
 
 // forget makes the tail unknown: after an abort, whose marker and
@@ -73,7 +83,7 @@ func (t *ownTail) check(s sink.Span) (from, to int64, ok bool) {
 	case s.ForeignFrom >= 0:
 		return s.ForeignFrom, s.ForeignTo, true
 	case t.known && s.First > t.next:
-		return t.next, s.First, true
+		return t.from, s.First, true
 	}
 	return 0, 0, false
 }
@@ -83,7 +93,7 @@ func (t *ownTail) check(s sink.Span) (from, to int64, ok bool) {
 // follows either).
 func (t *ownTail) committed(s sink.Span, wrote bool) {
 	if wrote {
-		t.next, t.known = s.Next+1, s.Exact // +1: the commit marker
+		t.next, t.from, t.known = s.Next+1, s.Next, s.Exact // +1: the commit marker
 	}
 }
 
