@@ -120,6 +120,10 @@ type Extractor struct {
 	fields    []Field
 	names     []string // config spellings, for errors
 	maxKeyLen int
+	// plain is the member name when the key is one top-level JSON member
+	// whose name firstPlainString can compare as written (no dot, quote
+	// or backslash): ExtractTrusted's shortcut. Empty otherwise.
+	plain string
 }
 
 // NewExtractor returns an Extractor for a key made of fields, in order.
@@ -155,6 +159,9 @@ func NewExtractor(fields []Field, maxKeyLen int) (*Extractor, error) {
 	}
 	for i, f := range fields {
 		e.names[i] = f.String()
+	}
+	if len(fields) == 1 && fields[0].Source == SourceJSON && plainName(fields[0].Name) {
+		e.plain = fields[0].Name
 	}
 	return e, nil
 }

@@ -23,7 +23,23 @@ import (
 // is Extract's; on an invalid one it may be a key where Extract reports
 // NotJSON.
 func (e *Extractor) ExtractTrusted(dst []byte, r *Record) ([]byte, error) {
+	if e.plain != "" {
+		// The shape of most records, in place: a non-empty string without
+		// escapes is the key as it is (extract's other checks hold by
+		// construction; the length is checked here). Anything else takes
+		// extract's path, which may call firstPlainString again.
+		if v, ok := firstPlainString(r.Value, e.plain); ok && len(v.raw) <= e.maxKeyLen {
+			return append(dst, v.raw...), nil
+		}
+	}
 	return e.extract(dst, r, locateTrusted)
+}
+
+// plainName reports whether name is a top-level member name that
+// firstPlainString compares as written: no dot (a path), quote or
+// backslash (an escape in the text).
+func plainName(name string) bool {
+	return name != "" && !strings.ContainsAny(name, `."\`)
 }
 
 // locateTrusted is locate with the fast path for a top-level JSON member.
@@ -47,8 +63,10 @@ func locateTrusted(f *Field, r *Record) (jsonValue, Reason, int) {
 // shaped as expected (not an object, truncated, stray bytes): the caller
 // then asks lookupJSON.
 func lookupTopLevel(data []byte, name string) (found jsonValue, ok bool) {
-	if v, ok := firstPlainString(data, name); ok {
-		return v, true
+	if plainName(name) {
+		if v, ok := firstPlainString(data, name); ok {
+			return v, true
+		}
 	}
 	i := skipSpace(data, 0)
 	if i >= len(data) || data[i] != '{' {
@@ -110,18 +128,29 @@ func lookupTopLevel(data []byte, name string) (found jsonValue, ok bool) {
 // other shape: the caller scans.
 //
 // On a valid text the result is the scan's: the first member's name string
-// ends at the first quote after it (a name holding a quote or a backslash
-// is never taken here), so the bytes compared are that name unescaped.
+// ends at the first quote after it (name must be plainName's: a name
+// holding a quote or a backslash is never taken here), so the bytes
+// compared are that name unescaped.
 func firstPlainString(data []byte, name string) (jsonValue, bool) {
 	n := len(name)
 	if len(data) < n+7 || data[0] != '{' || data[1] != '"' || string(data[2:2+n]) != name ||
-		data[2+n] != '"' || data[3+n] != ':' || data[4+n] != '"' ||
-		strings.IndexByte(name, '"') >= 0 || strings.IndexByte(name, '\\') >= 0 {
+		data[2+n] != '"' || data[3+n] != ':' || data[4+n] != '"' {
 		return jsonValue{}, false
 	}
 	s := data[5+n:]
-	end := bytes.IndexByte(s, '"')
-	if end <= 0 || bytes.IndexByte(s[:end], '\\') >= 0 || !noLaterMember(s[end+1:], name) {
+	// The value's end and any escape in it, in one pass: keys are short,
+	// and a byte loop beats two bytes.IndexByte calls here.
+	end := -1
+	for j, c := range s {
+		if c == '"' {
+			end = j
+			break
+		}
+		if c == '\\' {
+			return jsonValue{}, false
+		}
+	}
+	if end <= 0 || !noLaterMember(s[end+1:], name) {
 		return jsonValue{}, false
 	}
 	return jsonValue{raw: s[:end], kind: jsonString}, true

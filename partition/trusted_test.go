@@ -76,3 +76,39 @@ func checkTrusted(t fataler, doc []byte, path string) {
 		t.Fatalf("doc %q path %q:\nExtractTrusted = %q, %v\nencoding/json  = %q, %v", doc, path, got, gr, ow, or)
 	}
 }
+
+// TestExtractTrustedShortcut pins ExtractTrusted's shortcut for one plain
+// top-level member (Extractor.plain) to Extract's result: the key, its
+// length limit, and the names the shortcut must leave to the scan (a path,
+// a name with a quote or a backslash).
+func TestExtractTrustedShortcut(t *testing.T) {
+	cases := []struct {
+		field, doc string
+		maxKeyLen  int
+	}{
+		{"order_id", `{"order_id":"o-1","msg_id":"m-1","amount":1}`, 64},
+		{"order_id", `{"order_id":"o-1234","amount":1}`, 6},     // at the limit
+		{"order_id", `{"order_id":"o-12345","amount":1}`, 6},    // one byte over it
+		{"order_id", `{"order_id":"o-1","order_id":"o-2"}`, 64}, // a later member wins
+		{"a.b", `{"a.b":"x","a":{"b":"y"}}`, 64},                // a path, not a name
+		{"a.b", `{"a.b":"x"}`, 64},
+		{`a"b`, `{"a\"b":"x"}`, 64},
+		{`a\b`, `{"a\\b":"x"}`, 64},
+	}
+	for _, c := range cases {
+		t.Run(c.field+"/"+c.doc, func(t *testing.T) {
+			e, err := NewExtractor([]Field{{Source: SourceJSON, Name: c.field}}, c.maxKeyLen)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &Record{Value: []byte(c.doc)}
+			got, gerr := e.ExtractTrusted([]byte("p:"), r)
+			want, werr := e.Extract([]byte("p:"), r)
+			gr, _ := ReasonOf(gerr)
+			wr, _ := ReasonOf(werr)
+			if string(got) != string(want) || gr != wr || (gerr == nil) != (werr == nil) {
+				t.Fatalf("ExtractTrusted = %q, %v; Extract = %q, %v", got, gerr, want, werr)
+			}
+		})
+	}
+}
