@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strconv"
 	"testing"
 	"time"
 
@@ -14,7 +15,7 @@ import (
 
 // openKeyStage opens a stage keyed by the JSON member "k", closed when t
 // ends.
-func openKeyStage(t *testing.T) *pipeline.Stage {
+func openKeyStage(t testing.TB) *pipeline.Stage {
 	t.Helper()
 	cfg := pipeline.Config{Window: time.Hour, Generations: 4, Key: []partition.Field{{Source: partition.SourceJSON, Name: "k"}}}
 	cfg.ApplyDefaults()
@@ -105,4 +106,25 @@ func TestSplitKeyerAllocatesNothing(t *testing.T) {
 	if b.Len() != len(fb.Records) || b.Unkeyed() != 0 {
 		t.Fatalf("keyed %d of %d records, %d unkeyed", b.Len(), len(fb.Records), b.Unkeyed())
 	}
+}
+
+// BenchmarkRestoreKeyAt keys fetched records of BenchmarkRestore's shape
+// on one goroutine, as each half of the split keyer does (splitWork.run):
+// the extraction, the hash and the batch's stores, cpu-ns per record.
+func BenchmarkRestoreKeyAt(b *testing.B) {
+	s := openKeyStage(b)
+	rk := s.NewRestoreKeyer()
+	from := make([]fetch.Record, 4096)
+	for i := range from {
+		id := "o-" + strconv.Itoa(i)
+		from[i] = fetch.Record{Offset: int64(i), Key: []byte(id), Value: fmt.Appendf(nil, `{"k":%q,"msg_id":"m-%d","amount":%d}`, id, i, i), Timestamp: time.UnixMilli(int64(i))}
+	}
+	var rb pipeline.Restored
+	rb.SetLen(len(from))
+	w := splitWork{from: from, b: &rb}
+	start := cpuTime()
+	for b.Loop() {
+		w.run(rk)
+	}
+	b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N*len(from)), "cpu-ns/record")
 }

@@ -182,15 +182,26 @@ func (e *Extractor) MaxKeyLen() int {
 // On failure it returns dst unchanged and a *KeyError. Extract does not
 // allocate when dst has room for the key.
 func (e *Extractor) Extract(dst []byte, r *Record) ([]byte, error) {
-	return e.extract(dst, r, locate)
+	return e.extract(dst, r, false)
 }
 
-// extract is Extract with the function that finds a field's value.
-func (e *Extractor) extract(dst []byte, r *Record, locate func(*Field, *Record) (jsonValue, Reason, int)) ([]byte, error) {
+// extract is Extract, or ExtractTrusted's scan when trusted (locateTrusted
+// finds the fields). Direct calls, not a function value: through one, r
+// escaped, and each caller's record with it.
+func (e *Extractor) extract(dst []byte, r *Record, trusted bool) ([]byte, error) {
 	start := len(dst)
 	composite := len(e.fields) > 1
 	for i := range e.fields {
-		v, reason, offset := locate(&e.fields[i], r)
+		var (
+			v      jsonValue
+			reason Reason
+			offset int
+		)
+		if trusted {
+			v, reason, offset = locateTrusted(&e.fields[i], r)
+		} else {
+			v, reason, offset = locate(&e.fields[i], r)
+		}
 		if reason != 0 {
 			return dst[:start], keyError(reason, e.names[i], offset)
 		}

@@ -32,7 +32,7 @@ func (e *Extractor) ExtractTrusted(dst []byte, r *Record) ([]byte, error) {
 			return append(dst, v.raw...), nil
 		}
 	}
-	return e.extract(dst, r, locateTrusted)
+	return e.extract(dst, r, true)
 }
 
 // plainName reports whether name is a top-level member name that
