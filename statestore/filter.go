@@ -179,7 +179,7 @@ func filterHash(key []byte, v1 bool) (block, probes uint64) {
 	if len(key) == bucketKeyLen && key[0] == prefixBucket {
 		a, b = binary.BigEndian.Uint64(key[17:25]), binary.BigEndian.Uint64(key[25:33])
 		if !v1 {
-			return a, mix64(b + 0x632BE59BD9B4E019)
+			return runKeyFilterHash(partition.Hash{Hi: a, Lo: b})
 		}
 	} else {
 		f := fnv.New64a()
@@ -190,6 +190,11 @@ func filterHash(key []byte, v1 bool) (block, probes uint64) {
 	// Mix, so that the bits chosen here are independent of those the
 	// stage's Bloom front takes from the same hash.
 	return mix64(a ^ bits.RotateLeft64(b, 29)), mix64(b + 0x632BE59BD9B4E019)
+}
+
+// runKeyFilterHash is filterHash (v2) of the run key of hash h.
+func runKeyFilterHash(h partition.Hash) (block, probes uint64) {
+	return h.Hi, mix64(h.Lo + 0x632BE59BD9B4E019)
 }
 
 // runFilterBlockAt is the byte offset, in a filter of n blocks, of the
@@ -231,6 +236,11 @@ func (rf runFilter) MayContain(_ pebble.FilterType, f, key []byte) bool {
 // NewWriter implements pebble.FilterPolicy: a writer whose filter is
 // allocated now, for f.keys keys.
 func (f runFilter) NewWriter(pebble.FilterType) pebble.FilterWriter {
+	return f.newWriter()
+}
+
+// newWriter is NewWriter's writer, as its own type (packWriter's addHash).
+func (f runFilter) newWriter() *runFilterWriter {
 	bits := f.bits
 	if bits == 0 {
 		bits = runFilterBitsPerKey
@@ -269,6 +279,17 @@ const runFilterPending = 64
 // AddKey implements pebble.FilterWriter.
 func (w *runFilterWriter) AddKey(key []byte) {
 	block, probes := filterHash(key, w.v1)
+	w.pending[w.n] = [2]uint64{block, probes}
+	if w.n++; w.n == runFilterPending {
+		w.setPending()
+	}
+}
+
+// addHash is AddKey of the run key of h (v2), without the key: the
+// pack writer's path, which otherwise wrote each key only for AddKey to
+// read its hash back (and through an interface call).
+func (w *runFilterWriter) addHash(h partition.Hash) {
+	block, probes := runKeyFilterHash(h)
 	w.pending[w.n] = [2]uint64{block, probes}
 	if w.n++; w.n == runFilterPending {
 		w.setPending()

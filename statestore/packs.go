@@ -123,7 +123,7 @@ type packWriter struct {
 	val      []byte   // tag, then the pending pack's hashes
 	vers     []uint64 // the pending pack's versions (mode "version")
 	n        int      // hashes pending
-	fw       pebble.FilterWriter
+	fw       *runFilterWriter
 	mf       *memFilter // the run's filter, once fw is finished
 	last     partition.Hash
 }
@@ -133,7 +133,7 @@ type packWriter struct {
 // bits per key (runFilterBits).
 func newPackWriter(w *sstable.Writer, gen, id uint64, packKeys int, vm bool, filterKeys, filterBits uint64) *packWriter {
 	pw := &packWriter{w: w, gen: gen, id: id, packKeys: packKeys, vm: vm}
-	pw.fw = runFilter{keys: max(filterKeys, 1), bits: filterBits, keep: &pw.mf}.NewWriter(pebble.TableFilter)
+	pw.fw = runFilter{keys: max(filterKeys, 1), bits: filterBits, keep: &pw.mf}.newWriter()
 	pw.val = make([]byte, 1, 1+packKeys*24)
 	if vm {
 		pw.vers = make([]uint64, 0, packKeys)
@@ -143,9 +143,8 @@ func newPackWriter(w *sstable.Writer, gen, id uint64, packKeys int, vm bool, fil
 
 // add appends h (ascending, no repeats across the run).
 func (pw *packWriter) add(h partition.Hash, version uint64) error {
-	putRunKey(pw.key[:], pw.gen, pw.id, h)
 	if pw.fw != nil {
-		pw.fw.AddKey(pw.key[:])
+		pw.fw.addHash(h)
 	}
 	pw.val = binary.BigEndian.AppendUint64(pw.val, h.Hi)
 	pw.val = binary.BigEndian.AppendUint64(pw.val, h.Lo)
@@ -159,8 +158,7 @@ func (pw *packWriter) add(h partition.Hash, version uint64) error {
 	return nil
 }
 
-// flush writes the pending pack, if any, keyed by its last hash (pw.key
-// holds it: add wrote it last).
+// flush writes the pending pack, if any, keyed by its last hash.
 func (pw *packWriter) flush() error {
 	if pw.n == 0 {
 		return nil
