@@ -7,6 +7,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"pgregory.net/rapid"
 
 	"github.com/dedupstream/dedupstream/partition"
 )
@@ -258,4 +259,45 @@ func TestBlockReadSplitLoad(t *testing.T) {
 			t.Fatalf("absent key %d: found %t, err %v", j, found, err)
 		}
 	}
+}
+
+// TestFirstFenceAtLeast: the search from an interpolated guess finds the
+// block a bisection finds, for fences spread evenly (the guess is close),
+// bunched at either end (the guess is far), with runs of equal fences, the
+// run's end fence (all ones) and x at, between and beyond the fences.
+func TestFirstFenceAtLeast(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 300).Draw(rt, "n")
+		shape := rapid.SampledFrom([]string{"even", "low", "high", "dups"}).Draw(rt, "shape")
+		fences := make([]uint32, n)
+		for i := range fences {
+			switch shape {
+			case "even":
+				fences[i] = uint32((uint64(i) + 1) << 32 / uint64(n+1))
+			case "low":
+				fences[i] = rapid.Uint32Range(0, 1000).Draw(rt, "f")
+			case "high":
+				fences[i] = rapid.Uint32Range(^uint32(0)-1000, ^uint32(0)).Draw(rt, "f")
+			case "dups":
+				fences[i] = rapid.Uint32Range(0, 3).Draw(rt, "f") << 30
+			}
+		}
+		slices.Sort(fences)
+		if rapid.Bool().Draw(rt, "end") {
+			fences[n-1] = ^uint32(0)
+		}
+		var x uint32
+		if rapid.Bool().Draw(rt, "at") {
+			x = fences[rapid.IntRange(0, n-1).Draw(rt, "i")] + uint32(rapid.IntRange(-1, 1).Draw(rt, "d"))
+		} else {
+			x = rapid.Uint32().Draw(rt, "x")
+		}
+		if fences[n-1] < x {
+			return // the caller reads the next file
+		}
+		want, _ := slices.BinarySearch(fences, x)
+		if got := firstFenceAtLeast(fences, x); got != want {
+			rt.Fatalf("fences %v, x %d: block %d, want %d", fences, x, got, want)
+		}
+	})
 }

@@ -387,7 +387,9 @@
 // 240 keys, 0.031 bytes per key, reserved in the cache like the filters and
 // counted by a Budget as kept) and an open descriptor of each of the run's
 // files, and a Reader reads the one block that can hold the key itself:
-// a binary search of the fences, one pread into a buffer the Reader keeps,
+// a search of the fences (from the block the key's hash falls in when the
+// run's keys are spread evenly, since session 11), one pread into a
+// buffer the Reader keeps,
 // the block's checksum (a mismatch is the store's fatal error, as Pebble's
 // data corruption is), a seek in the decoded columnar block (blocks.go).
 // Through Pebble the read paid the merging, level and two-level index
