@@ -61,6 +61,7 @@ type blockFile struct {
 	path   string
 	f      vfs.File
 	sum    block.ChecksumType
+	ino    uint64   // pinned in the recycler while f is open; 0: not pinned
 	fences []uint32 // per data block: see runBlocks
 	offs   []uint32 // per data block its offset, then the end of the last one's trailer
 }
@@ -74,7 +75,7 @@ const maxOwnBlock = 64 << 10
 // their fences. An error leaves the run without blocks: it is then read
 // through Pebble, which is correct, only slower.
 func (s *Store) openRunBlocks(gen, id uint64, paths []string) (*runBlocks, error) {
-	rb := &runBlocks{open: &openFiles{}}
+	rb := &runBlocks{open: &openFiles{rec: s.rec}}
 	rb.init()
 	var prefix [runPrefixLen]byte
 	putRunPrefix(prefix[:], gen, id)
@@ -86,6 +87,7 @@ func (s *Store) openRunBlocks(gen, id uint64, paths []string) (*runBlocks, error
 		}
 		rb.files = append(rb.files, bf)
 		rb.open.files = append(rb.open.files, bf.f)
+		rb.open.inos = append(rb.open.inos, bf.ino)
 		rb.mem += 4*len(bf.fences) + 4*len(bf.offs)
 	}
 	rb.moveOffHeap()
@@ -130,12 +132,19 @@ type openFiles struct {
 	files  []vfs.File
 	region []byte
 	closed atomic.Bool
+	// rec pins the files' inodes (inos) while they are open: a file Pebble
+	// deleted is not recycled while a Reader may read it (recycle.go).
+	rec  *recycler
+	inos []uint64
 }
 
 func (o *openFiles) close() {
 	if o.closed.CompareAndSwap(false, true) {
 		for _, f := range o.files {
 			_ = f.Close()
+		}
+		for _, ino := range o.inos {
+			o.rec.unpin(ino)
 		}
 		freeRegion(o.region)
 	}
@@ -151,6 +160,7 @@ func (s *Store) readFences(path string, prefix []byte) (bf blockFile, err error)
 	defer func() {
 		if err != nil {
 			_ = bf.f.Close()
+			s.rec.unpin(bf.ino)
 		}
 	}()
 	// Pebble's reader panics on a table of another key schema than the
@@ -164,6 +174,7 @@ func (s *Store) readFences(path string, prefix []byte) (bf blockFile, err error)
 	if err != nil {
 		return bf, err
 	}
+	bf.ino = s.rec.pin(fi)
 	if fi.Size() >= 1<<32 {
 		return bf, fmt.Errorf("%d bytes: offsets past 4 GiB", fi.Size())
 	}

@@ -24,6 +24,16 @@ import (
 type guardFS struct {
 	vfs.FS
 	fatal *fatalState
+	rec   *recycler // keeps the tables Pebble deletes; nil: they are deleted
+}
+
+// Remove deletes name, or moves it to the recycler's pool if it is a table
+// the recycler keeps (recycle.go).
+func (g guardFS) Remove(name string) error {
+	if g.rec.keep(name) {
+		return nil
+	}
+	return g.FS.Remove(name)
 }
 
 // fail records err as fatal and parks the calling goroutine for good.

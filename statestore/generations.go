@@ -124,7 +124,7 @@ func (s *Store) DiskUsage() (n uint64) {
 		n = s.db.Metrics().DiskSpaceUsage()
 		return nil
 	})
-	return n + s.logBytes()
+	return n + s.logBytes() + uint64(s.rec.Stats().PoolBytes)
 }
 
 // logBytes is the size of the commit logs on disk (a log removed while it

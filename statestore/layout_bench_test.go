@@ -352,7 +352,7 @@ func openMemtableLayout(b *testing.B, tune func(*pebble.Options)) *memtableLayou
 	o.applyDefaults()
 	cache := pebble.NewCache(o.pebbleCacheSize())
 	defer cache.Unref()
-	po := o.pebbleOptions(cache, newFatalState(o.Logger))
+	po := o.pebbleOptions(cache, newFatalState(o.Logger), nil)
 	db, err := pebble.Open(b.TempDir(), po)
 	if err != nil {
 		b.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/sstable"
-	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // A bulk load writes each full load buffer as runs while the load goes
@@ -244,12 +243,11 @@ func cmpErr(first, err error) error {
 // (p.filter) is sized for the whole run (p.runKeys), so that writeLoad can
 // combine the filters of a run's two parts.
 func (s *Store) writeLoadPart(p *loadPart, mem []memEntry, wo sstable.WriterOptions) error {
-	fs := s.opts.FS
-	out, err := fs.Create(p.path, vfs.WriteCategoryUnspecified)
+	out, err := s.createTable(p.path)
 	if err != nil {
 		return fmt.Errorf("create loaded run %d: %w", p.id, err)
 	}
-	w := sstable.NewWriter(newRunWritable(out, s.opts.runWriteBuf), wo)
+	w := sstable.NewWriter(out, wo)
 	closed := false
 	defer func() {
 		if !closed {
@@ -273,7 +271,7 @@ func (s *Store) writeLoadPart(p *loadPart, mem []memEntry, wo sstable.WriterOpti
 	if err := w.Close(); err != nil {
 		return fmt.Errorf("write loaded run %d: %w", p.id, err)
 	}
-	if fi, err := fs.Stat(p.path); err == nil {
+	if fi, err := s.opts.FS.Stat(p.path); err == nil {
 		p.bytes = uint64(fi.Size())
 	}
 	return nil

@@ -122,6 +122,10 @@ type Options struct {
 	// per Pebble KV of a run, packs.go), for the layout measurements in the
 	// benchmarks.
 	packKeys int
+	// recycleBytes bounds the dead tables kept for reuse (recycle.go):
+	// 0 is RecycleBytes, a negative value keeps none.
+	recycleBytes int64
+
 	// runWriteBuf, when set, replaces the write buffer of run sstables
 	// (runWriteBuf), for the measurements in the benchmarks.
 	runWriteBuf int
@@ -203,10 +207,11 @@ func (o *Options) indexReservation() uint64 {
 // pebbleOptions translates Options into Pebble's. Each choice is explained
 // where it is made; the numbers behind them are in the package documentation
 // ("Pebble options") and were measured with the benchmarks in this package.
-func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState) *pebble.Options {
+func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState, rec *recycler) *pebble.Options {
 	po := &pebble.Options{
-		// Write errors end the store before Pebble sees them (guardFS).
-		FS:    guardFS{FS: o.FS, fatal: fatal},
+		// Write errors end the store before Pebble sees them (guardFS);
+		// the tables it deletes may be kept for reuse (recycle.go).
+		FS:    guardFS{FS: o.FS, fatal: fatal, rec: rec},
 		Cache: cache,
 		// Fatalf records the error instead of exiting the process.
 		Logger: pebbleLogger{log: o.Logger, fatal: fatal},

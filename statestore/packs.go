@@ -329,11 +329,11 @@ func (s *Store) loadFilters(rs *runSet) error {
 // own at path (a bulk load's run, whose parts are written before their
 // filters are combined).
 func (s *Store) writeFilterTable(path string, gen, id uint64, f []byte) error {
-	out, err := s.opts.FS.Create(path, vfs.WriteCategoryUnspecified)
+	out, err := s.createTable(path)
 	if err != nil {
 		return err
 	}
-	w := sstable.NewWriter(newRunWritable(out, s.opts.runWriteBuf), s.runWriterOptions())
+	w := sstable.NewWriter(out, s.runWriterOptions())
 	if err := setFilterChunks(w, gen, id, f); err != nil {
 		_ = w.Close()
 		return err
@@ -351,6 +351,29 @@ const runWriteBuf = 256 << 10
 type runWritable struct {
 	file vfs.File
 	bw   *bufio.Writer
+	// reused: the file is a dead table (recycle.go), written over from
+	// its start, which Finish cuts to the n bytes written.
+	reused bool
+	n      int64
+}
+
+// createTable creates the file of a new table at path, over a dead table
+// when the store keeps one (recycle.go).
+func (s *Store) createTable(path string) (*runWritable, error) {
+	var f vfs.File
+	var reused bool
+	var err error
+	if s.rec != nil {
+		f, reused, err = s.rec.create(path)
+	} else {
+		f, err = s.opts.FS.Create(path, vfs.WriteCategoryUnspecified)
+	}
+	if err != nil {
+		return nil, err
+	}
+	w := newRunWritable(f, s.opts.runWriteBuf)
+	w.reused = reused
+	return w, nil
 }
 
 // newRunWritable wraps f, buffering size bytes (0: runWriteBuf).
@@ -363,13 +386,18 @@ func newRunWritable(f vfs.File, size int) *runWritable {
 
 // Write implements objstorage.Writable.
 func (w *runWritable) Write(p []byte) error {
-	_, err := w.bw.Write(p)
+	n, err := w.bw.Write(p)
+	w.n += int64(n)
 	return err
 }
 
-// Finish implements objstorage.Writable: flush, sync, close.
+// Finish implements objstorage.Writable: flush, cut a reused file to its
+// length, sync, close.
 func (w *runWritable) Finish() error {
 	err := w.bw.Flush()
+	if err == nil && w.reused {
+		err = truncateFile(w.file, w.n)
+	}
 	if err == nil {
 		err = w.file.Sync()
 	}

@@ -10,7 +10,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/sstable"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/partition"
 )
 
@@ -261,12 +260,12 @@ func (rw *runWriter) next() error {
 	}
 	fs := rw.s.opts.FS
 	path := fs.PathJoin(rw.s.dir, ingestDir, fmt.Sprintf("%06d-%03d.sst", rw.r.id, len(rw.paths)))
-	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	f, err := rw.s.createTable(path)
 	if err != nil {
 		return fmt.Errorf("create run %d: %w", rw.r.id, err)
 	}
 	rw.paths = append(rw.paths, path)
-	rw.w = sstable.NewWriter(newRunWritable(f, rw.s.opts.runWriteBuf), rw.s.runWriterOptions())
+	rw.w = sstable.NewWriter(f, rw.s.runWriterOptions())
 	rw.pw.w = rw.w
 	rw.inFile = 0
 	return nil

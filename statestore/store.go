@@ -126,6 +126,10 @@ type Store struct {
 	flushCounts []int
 	flushGather []memEntry // memGatherLen entries
 
+	// rec keeps the tables Pebble deletes for the next runs to overwrite
+	// (recycle.go); nil in a read-only store or with recycling off.
+	rec *recycler
+
 	mu    sync.Mutex // guards state and floor for readers
 	state State
 	floor uint64 // every bucket < floor has been expired
@@ -144,7 +148,8 @@ func Open(dir string, opts Options) (*Store, error) {
 	mw := startWorker(fatal)
 	cache, release := opts.blockCache()
 	defer release() // each DB holds its own reference
-	po := opts.pebbleOptions(cache, fatal)
+	rec := opts.recycler()
+	po := opts.pebbleOptions(cache, fatal, rec)
 	dbDir := opts.FS.PathJoin(dir, "db")
 	fail := func(err error) (*Store, error) {
 		_ = w.stop()
@@ -182,6 +187,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		memKeys: opts.memKeys(),
 		merge:   opts.merge.withDefaults(),
 		w:       w,
+		rec:     rec,
 	}
 	s.mg.w = mw
 	s.cmp, s.blockSchema = blockDecoding(po)
@@ -349,6 +355,7 @@ func (s *Store) removeOrphans(rs *runSet) error {
 	if err := s.opts.FS.MkdirAll(s.opts.FS.PathJoin(s.dir, ingestDir), 0o755); err != nil {
 		return fmt.Errorf("statestore: create %s: %w", ingestDir, err)
 	}
+	s.rec.start(s.opts.FS.PathJoin(s.dir, ingestDir))
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: bucketsStart, UpperBound: bucketsEnd})
 	if err != nil {
 		return err

@@ -24,7 +24,8 @@ import (
 // them or after them; stage+between is what the records cost while they
 // ran, stage+between+tail bounds it from above (the tail may include work a
 // pre-fill left, as the span may begin with it). Minor and major page
-// faults are counted over the span.
+// faults and the bytes written (to files or sockets) are counted over the span
+// and the tail.
 //
 // It also labels the calling goroutine's CPU profile samples span=stage
 // inside the calls and span=harness between them (go tool pprof -tagfocus
@@ -34,6 +35,7 @@ type spanCPU struct {
 	stage, between, tail float64 // CPU seconds
 	tailWall             time.Duration
 	minflt, majflt       int64
+	written, written0    uint64  // bytes passed to write system calls: over the span, at its start
 	last                 float64 // CPU at the last mark
 	ru0                  syscall.Rusage
 	inStage, inHarness   context.Context
@@ -47,6 +49,7 @@ func startSpan() *spanCPU {
 	}
 	syscall.Getrusage(syscall.RUSAGE_SELF, &s.ru0)
 	s.last = ruCPU(&s.ru0)
+	s.written0 = writtenBytes()
 	pprof.SetGoroutineLabels(s.inHarness)
 	return s
 }
@@ -96,15 +99,18 @@ func (s *spanCPU) settle(max time.Duration) {
 		prev = now
 	}
 	s.tail, s.tailWall = prev-c0, time.Since(t0)
+	s.written = writtenBytes() - s.written0
 }
 
 // String reports the accounting per record of n.
 func (s *spanCPU) String(n int) string {
 	us := func(sec float64) float64 { return sec * 1e6 / float64(n) }
 	return fmt.Sprintf("%.3f us of process CPU per record in the stage's calls, %.3f between them, %.3f after the last record "+
-		"(%.2f s of CPU over %.1f s until quiet: what the store still owed); page faults %.3f minor, %.4f major per record",
+		"(%.2f s of CPU over %.1f s until quiet: what the store still owed); page faults %.3f minor, %.4f major per record; "+
+		"%.1f bytes written per record (%d MiB)",
 		us(s.stage), us(s.between), us(s.tail), s.tail, s.tailWall.Seconds(),
-		float64(s.minflt)/float64(n), float64(s.majflt)/float64(n))
+		float64(s.minflt)/float64(n), float64(s.majflt)/float64(n),
+		float64(s.written)/float64(n), s.written>>20)
 }
 
 // ruCPU is the user+system CPU of ru in seconds.

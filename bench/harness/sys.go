@@ -32,7 +32,15 @@ func procStatus(field string) uint64 { return procField("/proc/self/status", fie
 
 // procField reads one kB field of a /proc file of "Name: N kB" lines in
 // bytes (0 if absent).
-func procField(path, field string) uint64 {
+func procField(path, field string) uint64 { return procNumber(path, field) << 10 }
+
+// writtenBytes is what the process has passed to write system calls so far
+// (wchar of /proc/self/io: page-cache writes included; 0 without /proc).
+func writtenBytes() uint64 { return procNumber("/proc/self/io", "wchar:") }
+
+// procNumber reads the first number after field in a /proc file of
+// "Name: N [unit]" lines (0 if absent).
+func procNumber(path, field string) uint64 {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0
@@ -43,7 +51,7 @@ func procField(path, field string) uint64 {
 			f := bytes.Fields(v)
 			if len(f) > 0 {
 				n, _ := strconv.ParseUint(string(f[0]), 10, 64)
-				return n << 10
+				return n
 			}
 		}
 	}

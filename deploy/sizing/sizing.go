@@ -135,13 +135,15 @@ func memoryOf(c *config.Config) config.ByteSize {
 }
 
 // DiskPerStage is one partition's store on disk: the keys of the live
-// generations (window + window/generations) with room for compactions, and
-// the write-ahead log of the memtables.
+// generations (window + window/generations) with room for compactions, the
+// write-ahead log of the memtables, and the dead tables kept for reuse (at
+// most statestore.RecycleBytes, and never more than the store itself).
 func DiskPerStage(c *config.Config, stages int) float64 {
 	d := dedupOf(c)
 	live := float64(d.ExpectedKeys) * float64(d.Generations+1) / float64(d.Generations)
 	mt, _ := statestore.PlanMemTable(int64(memoryOf(c)), uint64(c.State.MemTableSize), stages)
-	return live*DiskPerKeyBytes*DiskCompactionFactor + WALMemTables*float64(mt)
+	keys := live * DiskPerKeyBytes
+	return keys*DiskCompactionFactor + WALMemTables*float64(mt) + min(keys, statestore.RecycleBytes)
 }
 
 // dedupOf is the dedup figures the rule reads, with the stage's defaults
