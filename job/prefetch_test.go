@@ -167,7 +167,9 @@ func TestFetchWaitsForTheReadPhase(t *testing.T) {
 	e.verify(w, r.job.Stats())
 	f, c := fetches.Load(), commits.Load()
 	t.Logf("%d raw fetches, %d commits while %d records trickled in %d requests", f, c, len(w.Records), (len(w.Records)+3)/4)
-	if c == 0 || f > 4*c {
-		t.Fatalf("%d raw fetches for %d commits: more than 4 a cycle, the fetches did not wait for the read phase", f, c)
+	// About 3.3 a commit when the fetches wait (a loaded machine's slow
+	// cycles have seen 4.04), about 33 when each answers at once.
+	if c == 0 || f > 8*c {
+		t.Fatalf("%d raw fetches for %d commits: more than 8 a cycle, the fetches did not wait for the read phase", f, c)
 	}
 }

@@ -87,6 +87,13 @@ func (rd *Reader) Refresh() (err error) {
 // the iterators of new runs there too: the flusher deletes a merged run's
 // keys only after publishing the run set without it, under the write lock,
 // so every run captured here is still readable by an iterator opened here.
+//
+// An iterator holds the Pebble version it was opened on, and with it every
+// table live then: a run that has left the set since (merged, expired)
+// keeps its files on disk, and out of the recycler (recycle.go), for as
+// long as an older run's iterator lives, up to its generation's expiry.
+// So once a run has left, the iterators kept are reopened on the current
+// version (a few dozen per merge or expiry, not per batch).
 func (rd *Reader) refresh() error {
 	s := rd.s
 	s.viewMu.RLock()
@@ -100,16 +107,24 @@ func (rd *Reader) refresh() error {
 	// the rest.
 	rd.spare = rd.spare[:0]
 	var errs []error
+	gone := false
 	for _, ri := range rd.its {
 		if runs.has(ri.gen, ri.id) {
 			rd.spare = append(rd.spare, ri)
 		} else {
+			gone = true
 			ri.filter.unref()
 			ri.blocks.unref()
 			if err := s.read(ri.it.Close); err != nil {
 				errs = append(errs, err)
 			}
 		}
+	}
+	open := func(ri *runIter) error {
+		return s.read(func() (err error) {
+			ri.it, err = s.db.NewIter(&ri.opts)
+			return err
+		})
 	}
 	rd.its = rd.its[:0]
 	for _, runs := range runs.gens {
@@ -119,6 +134,18 @@ func (rd *Reader) refresh() error {
 				if old.gen == r.gen && old.id == r.id {
 					ri = old
 					break
+				}
+			}
+			if ri != nil && gone {
+				if err := s.read(ri.it.Close); err != nil {
+					errs = append(errs, err)
+				}
+				ri.opts.PointKeyFilters = ri.filters[:0]
+				if err := open(ri); err != nil {
+					ri.filter.unref()
+					ri.blocks.unref()
+					errs = append(errs, err)
+					continue
 				}
 			}
 			if ri == nil {
@@ -135,11 +162,7 @@ func (rd *Reader) refresh() error {
 				// Pebble): a lookup seeks only runs that may hold its key.
 				ri.opts = pebble.IterOptions{LowerBound: ri.lo[:], UpperBound: ri.hi[:]}
 				ri.opts.PointKeyFilters = ri.filters[:0]
-				err := s.read(func() (err error) {
-					ri.it, err = s.db.NewIter(&ri.opts)
-					return err
-				})
-				if err != nil {
+				if err := open(ri); err != nil {
 					ri.filter.unref()
 					ri.blocks.unref()
 					errs = append(errs, err)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -146,6 +147,47 @@ func TestReusedTableIsCut(t *testing.T) {
 	for _, p := range tables {
 		if fi, err := os.Stat(p); err == nil && fi.Size() >= 1<<20 {
 			t.Fatalf("%s: %d bytes, not cut to its table", p, fi.Size())
+		}
+	}
+}
+
+// TestRefreshLetsMergedTablesGo: a Reader that lives across a merge and
+// refreshes does not keep the merged runs' tables on disk: once it has
+// refreshed, Pebble deletes them (here: the recycler keeps them), although
+// the Reader still reads runs older than the merge.
+func TestRefreshLetsMergedTablesGo(t *testing.T) {
+	dir := t.TempDir()
+	s := mustOpen(t, dir, testOptions(vfs.Default))
+	defer mustClose(t, s)
+	old := fillIndexes(t, s, 2, 0, 1) // a run of generation 2 that is never merged
+	release := make(chan struct{})
+	s.mg.w.post(func() { <-release })
+	fillIndexes(t, s, 1, 0, s.merge.fanout)
+	if err := s.w.do(func() error { return nil }); err != nil { // the flushes are done
+		t.Fatal(err)
+	}
+	var rd Reader
+	if err := s.OpenReader(&rd); err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	close(release)
+	if err := s.settle(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rd.Refresh(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.rec.Stats().Kept < uint64(s.merge.fanout) {
+		if time.Now().After(deadline) {
+			t.Fatalf("recycler %+v: the %d merged runs' tables were not deleted after the Reader refreshed", s.rec.Stats(), s.merge.fanout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for i, h := range old {
+		if _, _, found, err := rd.Lookup(h, []uint64{2}); err != nil || !found {
+			t.Fatalf("key %d of the older run: found %t, %v", i, found, err)
 		}
 	}
 }
