@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime/trace"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/dedupstream/dedupstream/bench/workload"
@@ -335,8 +334,10 @@ func kerrOf(code int16) error {
 }
 
 // waitCommitted polls the group's committed offsets until they reach ends
-// on every raw partition, or done delivers the job's early exit.
-func waitCommitted(ctx context.Context, cl *kgo.Client, group string, ends map[string][]int64, done <-chan error, p *Progress, what string, started time.Time) error {
+// on every raw partition, or done delivers the job's early exit. half, if
+// not nil, is called once with the records committed when a poll first
+// finds at least half of them committed.
+func waitCommitted(ctx context.Context, cl *kgo.Client, group string, ends map[string][]int64, done <-chan error, p *Progress, what string, started time.Time, half func(committed int64)) error {
 	var total int64
 	for _, e := range ends {
 		for _, o := range e {
@@ -386,6 +387,10 @@ func waitCommitted(ctx context.Context, cl *kgo.Client, group string, ends map[s
 		if caught {
 			return nil
 		}
+		if half != nil && 2*sum >= total {
+			half(sum)
+			half = nil
+		}
 		p.Tick("%s: %s of %s input records committed, %s records/s", what, count(uint64(sum)), count(uint64(total)), rate(uint64(sum), time.Since(started)))
 		select {
 		case err := <-done:
@@ -416,8 +421,8 @@ func runCopy(ctx context.Context, c E2ECase, brokers, raw []string, out string, 
 		return 0, fmt.Errorf("copy job stopped before it was ready: %v", err)
 	}
 	stopProfile := prof.start(p)
-	use := startUsage()
-	if err := waitCommitted(ctx, cl, out, ends, done, p, "copy-job "+out, start); err != nil {
+	use := startSpanUsage()
+	if err := waitCommitted(ctx, cl, out, ends, done, p, "copy-job "+out, start, use.half); err != nil {
 		stopProfile()
 		return 0, err
 	}
@@ -556,8 +561,8 @@ func runDedup(ctx context.Context, c E2ECase, brokers, raw []string, out string,
 	}
 	start := time.Now()
 	stopProfile := prof.start(p)
-	use := startUsage()
-	if err := waitCommitted(ctx, cl, out, ends, rj.done, p, "dedupstream "+out, start); err != nil {
+	use := startSpanUsage()
+	if err := waitCommitted(ctx, cl, out, ends, rj.done, p, "dedupstream "+out, start, use.half); err != nil {
 		stopProfile()
 		rj.stop()
 		return 0, err
@@ -623,37 +628,6 @@ func readBack(ctx context.Context, brokers []string, topic string, partitions in
 		})
 	}
 	return nil
-}
-
-// usage is the process's CPU time and minor page faults at a moment.
-type usage struct {
-	cpu    float64 // user + system seconds
-	minflt int64
-}
-
-func startUsage() usage {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return usage{}
-	}
-	return usage{cpu: float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9, minflt: ru.Minflt}
-}
-
-// report says the process CPU and minor faults per input record since u
-// (the whole process: with the embedded broker its work is in it too).
-func (u usage) report(p *Progress, what string, ends map[string][]int64) {
-	var n int64
-	for _, e := range ends {
-		for _, o := range e {
-			n += o
-		}
-	}
-	now := startUsage()
-	if n == 0 || u.cpu == 0 {
-		return
-	}
-	p.Say("%s: timed span %.3f us of process CPU per record, %.4f minor faults per record (process-wide)",
-		what, (now.cpu-u.cpu)*1e6/float64(n), float64(now.minflt-u.minflt)/float64(n))
 }
 
 // timedOut names the outputs of a job run's timed span: a CPU profile and

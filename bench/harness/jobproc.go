@@ -290,7 +290,7 @@ func (jp *JobProcess) run(ctx context.Context, system, label string, c E2ECase, 
 	defer ch.kill()
 	cpu0 := ch.cpu()
 	start := time.Now()
-	if err := waitCommitted(ctx, cl, out, ends, ch.done, p, label+" "+out, start); err != nil {
+	if err := waitCommitted(ctx, cl, out, ends, ch.done, p, label+" "+out, start, nil); err != nil {
 		return 0, 0, err
 	}
 	took := time.Since(start)
