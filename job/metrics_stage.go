@@ -141,14 +141,7 @@ func (m *stageMetrics) committed(pos []int64, cycle *Stats, stage *pipeline.Stag
 	latency := cycle.In > 0 && !m.first.IsZero() // else only markers or aborted records moved the position
 	if latency {
 		cycleSec = now.Sub(m.first).Seconds()
-		for _, ms := range m.ts {
-			if ms <= 0 {
-				continue // a record without timestamp (-1)
-			}
-			d := max(float64(now.UnixMilli()-ms)/1e3, 0)
-			m.e2e.counts[m.e2e.bucket(d)]++
-			m.e2e.sum += d
-		}
+		m.e2e.observeAges(now.UnixMilli(), m.ts)
 	}
 	m.ts, m.first = m.ts[:0], time.Time{}
 	for t, off := range pos {
