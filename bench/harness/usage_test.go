@@ -7,19 +7,19 @@ import (
 
 func TestPerRecord(t *testing.T) {
 	for _, tc := range []struct {
-		name       string
-		a, b       usage
-		n          int64
-		us, faults float64
+		name              string
+		a, b              usage
+		n                 int64
+		us, faults, alloc float64
 	}{
-		{"two seconds over a million", usage{cpu: 1, minflt: 100}, usage{cpu: 3, minflt: 600}, 1_000_000, 2, 0.0005},
-		{"no records", usage{cpu: 1}, usage{cpu: 3}, 0, 0, 0},
-		{"nothing spent", usage{cpu: 5, minflt: 7}, usage{cpu: 5, minflt: 7}, 10, 0, 0},
+		{"two seconds over a million", usage{cpu: 1, minflt: 100, alloc: 1000}, usage{cpu: 3, minflt: 600, alloc: 3_001_000}, 1_000_000, 2, 0.0005, 3},
+		{"no records", usage{cpu: 1}, usage{cpu: 3}, 0, 0, 0, 0},
+		{"nothing spent", usage{cpu: 5, minflt: 7, alloc: 9}, usage{cpu: 5, minflt: 7, alloc: 9}, 10, 0, 0, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			us, faults := perRecord(tc.a, tc.b, tc.n)
-			if math.Abs(us-tc.us) > 1e-9 || math.Abs(faults-tc.faults) > 1e-12 {
-				t.Fatalf("perRecord = %v us, %v faults; want %v, %v", us, faults, tc.us, tc.faults)
+			us, faults, alloc := perRecord(tc.a, tc.b, tc.n)
+			if math.Abs(us-tc.us) > 1e-9 || math.Abs(faults-tc.faults) > 1e-12 || alloc != tc.alloc {
+				t.Fatalf("perRecord = %v us, %v faults, %v bytes; want %v, %v, %v", us, faults, alloc, tc.us, tc.faults, tc.alloc)
 			}
 		})
 	}
