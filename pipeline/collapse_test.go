@@ -2,6 +2,9 @@ package pipeline
 
 import (
 	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+	"syscall"
 	"testing"
 
 	"github.com/dedupstream/dedupstream/partition"
@@ -91,5 +94,62 @@ func TestCollapseSetReserve(t *testing.T) {
 				t.Fatalf("key %d lost after reserve(%d)", i, n)
 			}
 		}
+	}
+}
+
+// BenchmarkCollapseFreshTable: a cycle of 50000 keys into a collapse set
+// whose memory the operating system has just taken back (a new stage, or
+// the collector's scavenger after a larger cycle), so its table's pages
+// are all new; ns/op and faults/op per cycle.
+func BenchmarkCollapseFreshTable(b *testing.B) {
+	const n = 50_000
+	hs := make([]partition.Hash, n)
+	for i := range hs {
+		hs[i] = partition.Hash{Hi: uint64(i) * 0x9E3779B97F4A7C15, Lo: uint64(i)*0xBF58476D1CE4E5B9 + 1}
+	}
+	var faults int64
+	for b.Loop() {
+		b.StopTimer()
+		debug.FreeOSMemory()
+		var ru0 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+		b.StartTimer()
+		var c collapseSet
+		c.reserve(n)
+		for i := range hs {
+			if c.get(hs[i]) == nil {
+				c.set(hs[i], pending{gen: 1})
+			}
+		}
+		b.StopTimer()
+		var ru1 syscall.Rusage
+		_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+		faults += ru1.Minflt - ru0.Minflt
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(faults)/float64(b.N), "faults/op")
+}
+
+// TestCollapseResizeWritesTable: a resized table is resident once resize
+// returns (written, not just mapped), so the probes of the cycle after
+// it do not read new pages first and fault each of them twice. Reading
+// the whole new table, made from memory just handed back to the
+// operating system, faults (almost) no page.
+func TestCollapseResizeWritesTable(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("page faults are counted on Linux")
+	}
+	var c collapseSet
+	debug.FreeOSMemory()
+	c.resize(1 << 18) // 2 MiB, 512 pages
+	var ru0, ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	var sum uint64
+	for i := 0; i < len(c.slots); i += 512 {
+		sum += c.slots[i]
+	}
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	if n := ru1.Minflt - ru0.Minflt; n > 64 || sum != 0 {
+		t.Fatalf("reading a resized table of %d pages faulted %d times (sum %d)", len(c.slots)*8/4096, n, sum)
 	}
 }
