@@ -4,14 +4,16 @@ import (
 	"fmt"
 	"runtime/metrics"
 	"syscall"
+	"time"
 )
 
 // usage is the process's CPU time, minor page faults and Go heap bytes
-// allocated so far at a moment.
+// allocated so far at a moment, and the moment.
 type usage struct {
 	cpu    float64 // user + system seconds
 	minflt int64
 	alloc  uint64
+	at     time.Time
 }
 
 const heapAllocsMetric = "/gc/heap/allocs:bytes"
@@ -27,7 +29,7 @@ func startUsage() usage {
 	if s[0].Value.Kind() == metrics.KindUint64 {
 		alloc = s[0].Value.Uint64()
 	}
-	return usage{cpu: float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9, minflt: ru.Minflt, alloc: alloc}
+	return usage{cpu: float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9, minflt: ru.Minflt, alloc: alloc, at: time.Now()}
 }
 
 // spanUsage follows a job run's timed span: the process's usage at its
@@ -73,7 +75,8 @@ func (s *spanUsage) report(p *Progress, what string, ends map[string][]int64) {
 	msg := fmt.Sprintf("%s: timed span %.3f us of process CPU per record, %.4f minor faults per record, %.0f heap bytes allocated per record (process-wide)", what, us, flt, alloc)
 	if s.midRecords > 0 && s.midRecords < n {
 		us2, flt2, alloc2 := perRecord(s.mid, now, n-s.midRecords)
-		msg += fmt.Sprintf("; second half (after %d records) %.3f us, %.4f faults, %.0f heap bytes per record", s.midRecords, us2, flt2, alloc2)
+		rate := float64(n-s.midRecords) / now.at.Sub(s.mid.at).Seconds()
+		msg += fmt.Sprintf("; second half (after %d records) %.3f us, %.4f faults, %.0f heap bytes per record, %.0f records/s", s.midRecords, us2, flt2, alloc2, rate)
 	}
 	p.Say("%s", msg)
 }

@@ -33,7 +33,7 @@ func TestSpanUsageHalf(t *testing.T) {
 		t.Fatalf("a new span has a half: %d", s.midRecords)
 	}
 	s.half(600)
-	if s.midRecords != 600 || s.mid.cpu < s.start.cpu {
-		t.Fatalf("half(600): midRecords %d, mid cpu %v before start %v", s.midRecords, s.mid.cpu, s.start.cpu)
+	if s.midRecords != 600 || s.mid.cpu < s.start.cpu || s.mid.at.Before(s.start.at) {
+		t.Fatalf("half(600): midRecords %d, mid cpu %v at %v before start %v at %v", s.midRecords, s.mid.cpu, s.mid.at, s.start.cpu, s.start.at)
 	}
 }

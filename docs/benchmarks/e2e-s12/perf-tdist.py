@@ -1,0 +1,26 @@
+import collections,sys
+a,b=float(sys.argv[2]),float(sys.argv[3])
+pats=sys.argv[4].split(',')
+mode=sys.argv[5] if len(sys.argv)>5 else 'F'
+samples=[];cur=None;stack=[]
+for line in open(sys.argv[1]):
+    if not line.strip(): continue
+    if not line.startswith('\t'):
+        if cur is not None: samples.append((cur,stack))
+        cur=float(line.strip().rstrip(':')); stack=[]; continue
+    p=line.strip().split(None,1)
+    stack.append((p[1] if len(p)>1 else '?', p[0].startswith('ffffffff')))
+samples.append((cur,stack))
+t0=samples[0][0]
+nb=8; w=(b-a)/nb
+for pat in pats:
+    h=[0]*nb
+    for t,st in samples:
+        if a<=t-t0<b:
+            kern=[s for s,ik in st if ik]
+            if (mode=='F') != ('asm_exc_page_fault' in kern): continue
+            user=[s for s,ik in st if not ik]
+            u=[x for x in user if not x.startswith(('runtime.','internal/','syscall.'))]
+            if u and pat in u[0]:
+                h[int((t-t0-a)/w)]+=1
+    print('%-40s'%pat, h)
