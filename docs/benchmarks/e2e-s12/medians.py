@@ -1,3 +1,4 @@
+# Medians of the per-run lines of an A/B log (ab-runs.txt).
 import re,sys,statistics as st,collections
 d=collections.defaultdict(list); f=collections.defaultdict(list); h2=collections.defaultdict(list); r=collections.defaultdict(list)
 for line in open(sys.argv[1]):

@@ -1,3 +1,6 @@
+# Splits a "perf script -F time,ip,sym" dump of a dsbench e2e run by two timed spans
+# (bounds in seconds from the first sample: copy job C0 C1, dedupstream D0 D1) and counts
+# samples per package (mode bucket) or page-fault samples per user stack (mode fault).
 import collections,sys
 wins={'copy':(float(sys.argv[2]),float(sys.argv[3])),'dedup':(float(sys.argv[4]),float(sys.argv[5]))}
 mode=sys.argv[6] if len(sys.argv)>6 else 'fault'

@@ -1,3 +1,5 @@
+# Spreads the page-fault (mode F) or other (mode U) samples of stacks matching each pattern
+# over 8 slices of one span: perf-tdist.py perf.txt T0 T1 pat1,pat2 [F|U]
 import collections,sys
 a,b=float(sys.argv[2]),float(sys.argv[3])
 pats=sys.argv[4].split(',')
