@@ -157,6 +157,10 @@ func (m *memIndex) setSlots(n int) {
 	old := m.off.slots
 	m.off.slots = allocRegion(n*8, MemIndexTable)
 	m.slots = regionOf[uint64](m.off.slots, n)
+	// Written before the first probe reads it: a read of a new page maps
+	// the shared (huge) zero page, and the first write then faults again
+	// and shoots down the other cores' TLB entries for it.
+	clear(m.slots)
 	freeRegion(old)
 }
 
@@ -204,9 +208,9 @@ func slotOf(sh uint64, n int) uint64 {
 func (m *memIndex) reset(logNum uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.released {
-		clear(m.slots)
-	}
+	// Cleared even when released (its pages read as zeros): written
+	// before the first probe reads it (setSlots).
+	clear(m.slots)
 	m.released = false
 	m.n = 0
 	m.used = 0

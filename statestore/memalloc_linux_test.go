@@ -238,3 +238,45 @@ func TestRunFiltersOffHeapFreed(t *testing.T) {
 		t.Fatalf("OffHeap: run filters %+v after the expiry, %d before it", got, kept)
 	}
 }
+
+// TestIndexTableWrittenBeforeProbes: a new index's table, and a released
+// one's once reset for the next handover, is written before the first
+// probe reads it, so no probe maps the shared zero page that the first
+// write then faults out again (with a TLB shootdown to the other cores):
+// reading the whole table faults (almost) no page. On 4 KiB pages, where
+// every untouched page would fault once on that read.
+func TestIndexTableWrittenBeforeProbes(t *testing.T) {
+	defer func(h bool) { hugeRegions = h }(hugeRegions)
+	hugeRegions = false
+	minflt := func() int64 {
+		var ru syscall.Rusage
+		if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+			t.Fatal(err)
+		}
+		return ru.Minflt
+	}
+	m := newMemIndex(0, 1<<18)
+	check := func(what string) {
+		t.Helper()
+		f0 := minflt()
+		var sum uint64
+		for i := 0; i < len(m.slots); i += 512 { // a slot per 4 KiB page
+			sum += m.slots[i]
+		}
+		if n := minflt() - f0; n > 16 || sum != 0 {
+			t.Fatalf("%s: reading its table of %d pages faulted %d times (sum %d)", what, len(m.slots)/512, n, sum)
+		}
+	}
+	check("a new index")
+	es := make([]entry, 10_000)
+	for i := range es {
+		es[i] = entry{gen: 1, h: keyOf(1, uint64(i))}
+	}
+	m.putAll(es)
+	m.release()
+	m.reset(0)
+	check("a released index reset for the next handover")
+	if _, ok := m.get(1, keyOf(1, 5)); ok {
+		t.Fatal("a reset index still answers")
+	}
+}
