@@ -112,9 +112,6 @@ type memIndex struct {
 	clen     []int
 	used     int
 	off      *memOff
-	// released: off's pages were handed back (they read as zeros), so a
-	// reset need not clear the table.
-	released bool
 	n        int
 	// slots: the low 32 bits are the entry+1 (0: empty), the high 32 bits
 	// the low bits of its slot hash (the table position comes from the
@@ -170,7 +167,6 @@ func (m *memIndex) release() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.off.release()
-	m.released = true
 }
 
 // memFull reports whether a table of slots slots is too full for n keys:
@@ -208,10 +204,9 @@ func slotOf(sh uint64, n int) uint64 {
 func (m *memIndex) reset(logNum uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	// Cleared even when released (its pages read as zeros): written
+	// Cleared even when released (its pages then read as zeros): written
 	// before the first probe reads it (setSlots).
 	clear(m.slots)
-	m.released = false
 	m.n = 0
 	m.used = 0
 	m.gens = m.gens[:0]
