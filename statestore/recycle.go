@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -103,8 +102,8 @@ func (r *recycler) keep(path string) bool {
 	// A table with another link is still someone's: the run files the
 	// store wrote are linked into Pebble's directory by its ingest and
 	// deleted through this file system too.
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || st.Nlink != 1 || fi.Size() > r.max {
+	ino, links, ok := fileIdentity(fi)
+	if !ok || links != 1 || fi.Size() > r.max {
 		return false
 	}
 	r.mu.Lock()
@@ -117,7 +116,7 @@ func (r *recycler) keep(path string) bool {
 	if err := r.fs.Rename(path, dst); err != nil {
 		return false
 	}
-	r.files = append(r.files, deadFile{path: dst, ino: st.Ino, size: fi.Size()})
+	r.files = append(r.files, deadFile{path: dst, ino: ino, size: fi.Size()})
 	r.bytes += fi.Size()
 	r.stats.Kept++
 	for r.bytes > r.max {
@@ -171,14 +170,14 @@ func (r *recycler) pin(fi vfs.FileInfo) uint64 {
 	if r == nil {
 		return 0
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok || st.Ino == 0 {
+	ino, _, ok := fileIdentity(fi)
+	if !ok || ino == 0 {
 		return 0
 	}
 	r.mu.Lock()
-	r.pinned[st.Ino]++
+	r.pinned[ino]++
 	r.mu.Unlock()
-	return st.Ino
+	return ino
 }
 
 // unpin releases a pin taken by pin.
@@ -203,13 +202,4 @@ func (r *recycler) Stats() RecycleStats {
 	s := r.stats
 	s.PoolBytes = r.bytes
 	return s
-}
-
-// truncateFile cuts f to n bytes (a reused file may be longer).
-func truncateFile(f vfs.File, n int64) error {
-	fd := f.Fd()
-	if fd == vfs.InvalidFd {
-		return fmt.Errorf("statestore: no descriptor to cut a reused file")
-	}
-	return syscall.Ftruncate(int(fd), n)
 }
