@@ -208,3 +208,43 @@ func heldMerge(t *testing.T) (s *Store, opts Options, keys []partition.Hash, rel
 	}
 	return s, opts, keys, release
 }
+
+// TestReaderHoldsRunsDuringMerge: a Reader that refreshes while a merge is
+// recorded but not yet published captures the merge's inputs from the
+// published set, and must get their filters and blocks: the registry lets
+// go of them only once the set without them is published. When it let go
+// before, such a Reader read those runs through Pebble alone, and a race
+// of that kind lost a key (TestBudgetBoundsIndexes, about 1 run in 700).
+func TestReaderHoldsRunsDuringMerge(t *testing.T) {
+	s := mustOpen(t, "db", testOptions(vfs.NewMem()))
+	defer mustClose(t, s)
+	var checked int
+	var missing []uint64
+	s.hooks.mergeRecorded = func() {
+		var rd Reader
+		if err := s.OpenReader(&rd); err != nil {
+			t.Error(err)
+			return
+		}
+		for _, ri := range rd.its {
+			if ri.filter == nil || ri.blocks == nil {
+				missing = append(missing, ri.id)
+			}
+		}
+		checked++
+		if err := rd.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	keys := fillIndexes(t, s, 1, 0, 2*s.merge.fanout)
+	if err := s.settle(); err != nil {
+		t.Fatal(err)
+	}
+	if checked == 0 {
+		t.Fatal("no merge was recorded")
+	}
+	if len(missing) > 0 {
+		t.Fatalf("a Reader opened while a merge was recorded lacked the filter or blocks of runs %v", missing)
+	}
+	mustFind(t, s, 1, keys, "after the merges")
+}

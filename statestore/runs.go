@@ -71,13 +71,12 @@ func (rs *runSet) add(r run) {
 	rs.gens[r.gen] = runs
 }
 
-// remove drops the runs ids of gen and releases their filters' memory.
+// remove takes the runs ids of gen out of rs and appends them to gone.
 // rs must be a clone, the published set keeps its own slices.
-func (rs *runSet) remove(gen uint64, ids []uint64) {
+func (rs *runSet) remove(gen uint64, ids []uint64, gone []run) []run {
 	rs.gens[gen] = slices.DeleteFunc(rs.gens[gen], func(r run) bool {
 		if slices.Contains(ids, r.id) {
-			r.filter.drop()
-			r.blocks.drop()
+			gone = append(gone, r)
 			return true
 		}
 		return false
@@ -85,19 +84,31 @@ func (rs *runSet) remove(gen uint64, ids []uint64) {
 	if len(rs.gens[gen]) == 0 {
 		delete(rs.gens, gen)
 	}
+	return gone
 }
 
-// expire drops the generations below floor and releases their filters'
-// memory.
-func (rs *runSet) expire(floor uint64) {
+// expire takes the generations below floor out of rs and appends their
+// runs to gone.
+func (rs *runSet) expire(floor uint64, gone []run) []run {
 	for g, runs := range rs.gens {
 		if g < floor {
-			for _, r := range runs {
-				r.filter.drop()
-				r.blocks.drop()
-			}
+			gone = append(gone, runs...)
 			delete(rs.gens, g)
 		}
+	}
+	return gone
+}
+
+// dropRuns releases the registry's hold of the runs a published set no
+// longer names: their filters' and blocks' memory goes once no Reader
+// holds them either. Only after the set without them is published: a
+// Reader refreshing meanwhile still captures them from the published set,
+// and a hold it could not take (dropped) left it reading such a run
+// through a Pebble iterator alone (TestReaderHoldsRunsDuringMerge).
+func dropRuns(gone []run) {
+	for _, r := range gone {
+		r.filter.drop()
+		r.blocks.drop()
 	}
 }
 
@@ -582,7 +593,7 @@ func (s *Store) publishRuns(job *flushJob, written []run, what string, atView fu
 		rs.add(r)
 	}
 	s.keepFilters(written...)
-	rs.expire(job.floor)
+	gone := rs.expire(job.floor, nil)
 	rs.next = s.nextRun
 	pb := s.db.NewBatch()
 	defer pb.Close()
@@ -608,6 +619,7 @@ func (s *Store) publishRuns(job *flushJob, written []run, what string, atView fu
 		atView()
 	}
 	s.viewMu.Unlock()
+	dropRuns(gone)
 	return nil
 }
 
@@ -757,7 +769,7 @@ func (s *Store) recordMerge(runs []run, r run, paths []string) error {
 		ids[i] = in.id
 	}
 	rs := cur.clone()
-	rs.remove(gen, ids)
+	gone := rs.remove(gen, ids, nil)
 	rs.add(r)
 	s.keepFilters(r)
 	rs.next = s.nextRun
@@ -779,11 +791,15 @@ func (s *Store) recordMerge(runs []run, r run, paths []string) error {
 	if err := pb.Commit(sync); err != nil {
 		return fmt.Errorf("record merged run: %w", err)
 	}
+	if s.hooks.mergeRecorded != nil {
+		s.hooks.mergeRecorded()
+	}
 	// Published once recorded, as a flush does: a Mark's NextRun (the
 	// published next id) is then never above the registry's after a crash.
 	s.viewMu.Lock()
 	s.runs.Store(rs)
 	s.viewMu.Unlock()
+	dropRuns(gone)
 	s.dropGetReader()
 	return nil
 }

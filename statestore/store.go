@@ -84,7 +84,7 @@ type Store struct {
 	// hooks are nil outside the tests of the merger (merger_test.go),
 	// which hold a flush or a merge at the point where it has written its
 	// runs and is about to record them.
-	hooks struct{ flushWritten, mergeWritten func() }
+	hooks struct{ flushWritten, mergeWritten, mergeRecorded func() }
 
 	closed atomic.Bool
 
