@@ -120,11 +120,19 @@ func (rd *Reader) refresh() error {
 			}
 		}
 	}
+	// open opens ri's iterator on the current version; on an error it
+	// lets go of ri's holds (the caller then leaves ri out).
 	open := func(ri *runIter) error {
-		return s.read(func() (err error) {
+		ri.opts.PointKeyFilters = ri.filters[:0]
+		err := s.read(func() (err error) {
 			ri.it, err = s.db.NewIter(&ri.opts)
 			return err
 		})
+		if err != nil {
+			ri.filter.unref()
+			ri.blocks.unref()
+		}
+		return err
 	}
 	rd.its = rd.its[:0]
 	for _, runs := range runs.gens {
@@ -140,10 +148,7 @@ func (rd *Reader) refresh() error {
 				if err := s.read(ri.it.Close); err != nil {
 					errs = append(errs, err)
 				}
-				ri.opts.PointKeyFilters = ri.filters[:0]
 				if err := open(ri); err != nil {
-					ri.filter.unref()
-					ri.blocks.unref()
 					errs = append(errs, err)
 					continue
 				}
@@ -161,10 +166,7 @@ func (rd *Reader) refresh() error {
 				// The run's filter is in memory (runs carry none in
 				// Pebble): a lookup seeks only runs that may hold its key.
 				ri.opts = pebble.IterOptions{LowerBound: ri.lo[:], UpperBound: ri.hi[:]}
-				ri.opts.PointKeyFilters = ri.filters[:0]
 				if err := open(ri); err != nil {
-					ri.filter.unref()
-					ri.blocks.unref()
 					errs = append(errs, err)
 					continue
 				}

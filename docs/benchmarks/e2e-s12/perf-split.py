@@ -2,20 +2,12 @@
 # (bounds in seconds from the first sample: copy job C0 C1, dedupstream D0 D1) and counts
 # samples per package (mode bucket) or page-fault samples per user stack (mode fault).
 import collections,sys
+import perfsamples  # beside this script
 wins={'copy':(float(sys.argv[2]),float(sys.argv[3])),'dedup':(float(sys.argv[4]),float(sys.argv[5]))}
 mode=sys.argv[6] if len(sys.argv)>6 else 'fault'
 agg={k:collections.Counter() for k in wins}
 tot=collections.Counter()
-samples=[];cur=None;stack=[]
-for line in open(sys.argv[1]):
-    if not line.strip(): continue
-    if not line.startswith('\t'):
-        if cur is not None: samples.append((cur,stack))
-        cur=float(line.strip().rstrip(':')); stack=[]; continue
-    p=line.strip().split(None,1)
-    stack.append((p[1] if len(p)>1 else '?', p[0].startswith('ffffffff')))
-samples.append((cur,stack))
-t0=samples[0][0]
+samples,t0=perfsamples.read(sys.argv[1])
 def short(s): return s.replace('github.com/dedupstream/dedupstream/','').replace('github.com/twmb/franz-go/pkg/','').replace('github.com/cockroachdb/pebble/v2/','pebble/')
 for t,st in samples:
     for k,(a,b) in wins.items():

@@ -1,19 +1,11 @@
 # Spreads the page-fault (mode F) or other (mode U) samples of stacks matching each pattern
 # over 8 slices of one span: perf-tdist.py perf.txt T0 T1 pat1,pat2 [F|U]
 import collections,sys
+import perfsamples  # beside this script
 a,b=float(sys.argv[2]),float(sys.argv[3])
 pats=sys.argv[4].split(',')
 mode=sys.argv[5] if len(sys.argv)>5 else 'F'
-samples=[];cur=None;stack=[]
-for line in open(sys.argv[1]):
-    if not line.strip(): continue
-    if not line.startswith('\t'):
-        if cur is not None: samples.append((cur,stack))
-        cur=float(line.strip().rstrip(':')); stack=[]; continue
-    p=line.strip().split(None,1)
-    stack.append((p[1] if len(p)>1 else '?', p[0].startswith('ffffffff')))
-samples.append((cur,stack))
-t0=samples[0][0]
+samples,t0=perfsamples.read(sys.argv[1])
 nb=8; w=(b-a)/nb
 for pat in pats:
     h=[0]*nb
