@@ -14,7 +14,13 @@ import (
 // dedup.window / dedup.generations: a key's generation is its time divided
 // by the span). Under other settings the same store is wrong, not merely
 // stale: a shorter span reads every stored generation as long expired and
-// drops them all, another key never matches what the store holds. Every
+// drops them all, another key never matches what the store holds. The
+// clock (dedup.time_base) belongs to the span's meaning too: with record
+// timestamps behind the wall clock (a backlog, producers stamping event
+// time) the two clocks put the same keys in generations hours apart, so a
+// store of record time read on the wall clock expires at once (replays
+// pass) and one of the wall clock read on record time holds its keys until
+// record time catches up (later records of the keys are dropped). Every
 // checkpoint therefore records the settings (Checkpoint.Dedup), and a store
 // whose checkpoint names others is removed when its stage opens; the
 // stage's recovery then restores it from the output's window, keyed and
@@ -34,6 +40,11 @@ func dedupSettings(pc pipeline.Config) string {
 	s := fmt.Sprintf("key=%s mode=%s span=%s", strings.Join(keys, "+"), pc.Mode, pc.Window/time.Duration(pc.Generations))
 	if pc.Mode == pipeline.ModeVersion {
 		s += " version=" + pc.Version.String()
+	}
+	// Only when not the default, so that the stores of record time written
+	// before it was recorded are kept.
+	if pc.TimeBase != pipeline.RecordTime {
+		s += " time=" + pc.TimeBase.String()
 	}
 	return s
 }

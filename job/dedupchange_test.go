@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/dedupstream/dedupstream/config"
+	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -62,6 +63,83 @@ func TestDedupConfigChange(t *testing.T) {
 			}
 			if repeats, total := countRepeats(t, e, partitions); repeats != 0 || total != keys {
 				t.Errorf("%d repeats in %d output records, want 0 in %d", repeats, total, keys)
+			}
+		})
+	}
+}
+
+// TestTimeBaseChange: dedup.time_base changed between two runs on the same
+// state directories, with record timestamps hours behind the wall clock (a
+// backlog, or producers stamping event time). The two clocks then put a
+// store's keys in generations hours apart, so a store kept across the
+// change answers on the wrong clock:
+//
+//   - record to processing: the keys sit in the generations of their old
+//     timestamps; the wall clock expires them all at once, and replays
+//     arriving seconds after the first emission pass (repeats);
+//   - processing to record: the keys sit in the wall clock's generation;
+//     records of the same keys stamped beyond the window after the first
+//     ones are taken for repeats until record time reaches the wall clock
+//     (lost).
+//
+// The output, read back with kgo, must hold each key once in the first
+// case and twice (the msg 1 and the msg 2 record) in the second.
+func TestTimeBaseChange(t *testing.T) {
+	now := time.Now()
+	for _, tc := range []struct {
+		name         string
+		before, then string        // time_base of the first and the second run
+		first, later time.Duration // age of the first records' and the later records' timestamps
+		wantTwice    bool          // the later records are no repeats under the second run's clock
+	}{
+		{"record to processing", "record", "processing", 3 * time.Hour, 3 * time.Hour, false},
+		{"processing to record", "processing", "record", 6 * time.Hour, 4 * time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			const keys = 1_000
+			var first, later []*kgo.Record
+			for i := range keys {
+				id := fmt.Sprintf("t-%d", i)
+				p := int32(partition.Murmur2Partition([]byte(id), partitions))
+				first = append(first, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Timestamp: now.Add(-tc.first),
+					Value: fmt.Appendf(nil, `{"order_id":%q,"msg":1}`, id)})
+				later = append(later, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Timestamp: now.Add(-tc.later),
+					Value: fmt.Appendf(nil, `{"order_id":%q,"msg":2}`, id)})
+			}
+			cfgFor := func(timeBase string) *config.Config {
+				c := e.config("0, 1, 2, 3")
+				c.Dedup.Window, c.Dedup.TimeBase = time.Hour, timeBase
+				return c
+			}
+			e.produce(first)
+			e.runToEnd(cfgFor(tc.before))
+			e.produce(later)
+			r2 := e.runToEnd(cfgFor(tc.then))
+			if n := r2.job.Stats().StatesDropped; n != partitions {
+				t.Errorf("the second start removed %d stores, want %d", n, partitions)
+			}
+
+			out, err := jobtest.ReadCommitted(e.ctx(60*time.Second), e.brokers, e.out, partitions, e.clientOpts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := map[string]int{}
+			for _, r := range out {
+				seen[string(r.Key)]++
+			}
+			want := 1
+			if tc.wantTwice {
+				want = 2
+			}
+			var wrong int
+			for i := range keys {
+				if seen[fmt.Sprintf("t-%d", i)] != want {
+					wrong++
+				}
+			}
+			if wrong != 0 || len(out) != want*keys {
+				t.Errorf("%d of %d keys are not in the output %d times (%d output records, want %d)", wrong, keys, want, len(out), want*keys)
 			}
 		})
 	}
