@@ -10,9 +10,13 @@ package job_test
 import (
 	"fmt"
 	"os"
+	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dedupstream/dedupstream/internal/testhook"
+	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -88,6 +92,70 @@ func TestRestoreWindowLateRecords(t *testing.T) {
 				t.Errorf("key %q is %d times in the output, want once: emitted at clock T+60m, its replay 41m later on the stage clock", late, n)
 			}
 		})
+	}
+}
+
+// TestRestoreTailLateRecords is the same hole after a crash with the state
+// kept: the stage dies after the transaction of the cycle holding the
+// poison record (stamped T+60m) and the late key (stamped T) committed and
+// before its store commit (failpoint Committed, as kill -9 with the
+// store's commit lost). The recovery restores that cycle from the output,
+// where only the late record is: its key goes into the generation of T,
+// not of T+60m, and the record stamped T+100m expires it. The replay then
+// passes, where the same run without the crash drops it (the test above,
+// "poison record, state kept").
+func TestRestoreTailLateRecords(t *testing.T) {
+	T := time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond)
+	ids := keysOn(0, 3)
+	e := newEnv(t)
+	rec := func(id string, at time.Duration, msg int) *kgo.Record {
+		return &kgo.Record{Topic: e.raw, Partition: 0, Key: []byte(id), Timestamp: T.Add(at),
+			Value: fmt.Appendf(nil, `{"order_id":%q,"msg":%d}`, id, msg)}
+	}
+	late, newer, warm := ids[0], ids[1], ids[2]
+	cfg := e.config("0, 1, 2, 3")
+	cfg.Dedup.Window = time.Hour
+	var armed atomic.Bool
+	var calls atomic.Int32
+	died := make(chan struct{})
+	r1 := e.start(cfg, func(o *job.Options) {
+		testhook.Set(o, testhook.Hooks{Failpoint: func(name string) {
+			if name == testhook.Committed && armed.Load() && calls.Add(1) == 1 {
+				close(died)
+				runtime.Goexit() // no store commit
+			}
+		}})
+	})
+	e.produce([]*kgo.Record{rec(warm, time.Minute, 1)}) // the store gets a checkpoint
+	e.waitCommitted(r1, 1, 60*time.Second)
+	armed.Store(true)
+	e.produce([]*kgo.Record{{Topic: e.raw, Partition: 0, Key: []byte("p"), Value: []byte("not json"), Timestamp: T.Add(60 * time.Minute)}, rec(late, 0, 1)})
+	select {
+	case <-died:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the failpoint never fired")
+	}
+	e.stop(r1)
+
+	e.produce([]*kgo.Record{rec(newer, 100*time.Minute, 1), rec(late, 101*time.Minute, 2)})
+	r2 := e.start(cfg)
+	e.waitCommitted(r2, 1, 60*time.Second)
+	e.stop(r2)
+	if r2.job.Stats().Restored == 0 {
+		t.Fatalf("the second run restored nothing: %+v", r2.job.Stats())
+	}
+	out, err := jobtest.ReadCommitted(e.ctx(60*time.Second), e.brokers, e.out, partitions, e.clientOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	for _, r := range out {
+		if string(r.Key) == late {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("key %q is %d times in the output, want once: emitted at clock T+60m, its replay 41m later on the stage clock", late, n)
 	}
 }
 
