@@ -16,6 +16,13 @@ import (
 // partitions, as an operator does with kafka-topics --delete / --create.
 func recreateTopic(t *testing.T, e *env, topic string, n int32) {
 	t.Helper()
+	deleteTopic(t, e, topic)
+	createTopicAgain(t, e, topic, n)
+}
+
+// deleteTopic deletes topic, as kafka-topics --delete does.
+func deleteTopic(t *testing.T, e *env, topic string) {
+	t.Helper()
 	cl := kafkatest.NewClient(t, e.brokers, e.clientOpts...)
 	del := kmsg.NewPtrDeleteTopicsRequest()
 	dt := kmsg.NewDeleteTopicsRequestTopic()
@@ -32,6 +39,13 @@ func recreateTopic(t *testing.T, e *env, topic string, n int32) {
 			t.Fatalf("delete %s: %v", topic, err)
 		}
 	}
+}
+
+// createTopicAgain creates the deleted topic again, empty, with n
+// partitions, retrying while the broker still finishes the deletion.
+func createTopicAgain(t *testing.T, e *env, topic string, n int32) {
+	t.Helper()
+	cl := kafkatest.NewClient(t, e.brokers, e.clientOpts...)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		cr := kmsg.NewPtrCreateTopicsRequest()
 		ct := kmsg.NewCreateTopicsRequestTopic()

@@ -18,7 +18,6 @@ import (
 	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
-	"github.com/dedupstream/dedupstream/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -157,16 +156,4 @@ func TestRestoreTailLateRecords(t *testing.T) {
 	if n != 1 {
 		t.Errorf("key %q is %d times in the output, want once: emitted at clock T+60m, its replay 41m later on the stage clock", late, n)
 	}
-}
-
-// keysOn returns n business keys that murmur2 puts on partition p.
-func keysOn(p, n int) []string {
-	var ids []string
-	for i := 0; len(ids) < n; i++ {
-		id := fmt.Sprintf("late-%d", i)
-		if partition.Murmur2Partition([]byte(id), partitions) == p {
-			ids = append(ids, id)
-		}
-	}
-	return ids
 }
