@@ -17,7 +17,6 @@ import (
 
 	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
-	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -76,18 +75,7 @@ func TestRestoreWindowLateRecords(t *testing.T) {
 			e.produce([]*kgo.Record{replay})
 			e.runToEnd(cfg)
 
-			out, err := jobtest.ReadCommitted(e.ctx(60*time.Second), e.brokers, e.out, partitions, e.clientOpts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var n int
-			for _, r := range out {
-				if string(r.Key) == late {
-					n++
-					t.Logf("output offset %d: %s stamped T+%v: %s", r.Offset, r.Key, r.Timestamp.Sub(T), r.Value)
-				}
-			}
-			if n != 1 {
+			if n := e.outputOf(late, T); n != 1 {
 				t.Errorf("key %q is %d times in the output, want once: emitted at clock T+60m, its replay 41m later on the stage clock", late, n)
 			}
 		})
@@ -143,17 +131,22 @@ func TestRestoreTailLateRecords(t *testing.T) {
 	if r2.job.Stats().Restored == 0 {
 		t.Fatalf("the second run restored nothing: %+v", r2.job.Stats())
 	}
-	out, err := jobtest.ReadCommitted(e.ctx(60*time.Second), e.brokers, e.out, partitions, e.clientOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int
-	for _, r := range out {
-		if string(r.Key) == late {
-			n++
-		}
-	}
-	if n != 1 {
+	if n := e.outputOf(late, T); n != 1 {
 		t.Errorf("key %q is %d times in the output, want once: emitted at clock T+60m, its replay 41m later on the stage clock", late, n)
 	}
+}
+
+// outputOf reads the output read_committed with kgo and returns how many
+// of its records have the Kafka key key, logging each with its time from
+// T.
+func (e *env) outputOf(key string, T time.Time) (n int) {
+	e.t.Helper()
+	out, _ := e.readOutput()
+	for _, r := range out {
+		if string(r.Key) == key {
+			n++
+			e.t.Logf("output offset %d: %s stamped T+%v: %s", r.Offset, r.Key, r.Timestamp.Sub(T), r.Value)
+		}
+	}
+	return n
 }
