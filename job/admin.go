@@ -165,6 +165,13 @@ func (j *Job) retryTimeout() time.Duration {
 // committedOffsets returns group's committed offset of partition p of each
 // of topics, in their order; -1 where none is committed.
 func (j *Job) committedOffsets(ctx context.Context, group string, topics []string, p int) ([]int64, error) {
+	offsets, _, err := j.committedOffsetsMeta(ctx, group, topics, p)
+	return offsets, err
+}
+
+// committedOffsetsMeta is committedOffsets with the metadata committed with
+// each offset ("" where none is committed).
+func (j *Job) committedOffsetsMeta(ctx context.Context, group string, topics []string, p int) ([]int64, []string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	req := &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{}}
@@ -172,18 +179,18 @@ func (j *Job) committedOffsets(ctx context.Context, group string, topics []strin
 		req.Topics[t] = []int{p}
 	}
 	res, err := j.client.OffsetFetch(ctx, req)
-	offsets := make([]int64, len(topics))
+	offsets, meta := make([]int64, len(topics)), make([]string, len(topics))
 	for i := range offsets {
 		offsets[i] = -1
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if errors.Is(res.Error, kafka.GroupIdNotFound) {
-		return offsets, nil // kfake's answer for a group that never committed
+		return offsets, meta, nil // kfake's answer for a group that never committed
 	}
 	if res.Error != nil {
-		return nil, fmt.Errorf("offset fetch group %q: %w", group, res.Error)
+		return nil, nil, fmt.Errorf("offset fetch group %q: %w", group, res.Error)
 	}
 	for i, t := range topics {
 		for _, op := range res.Topics[t] {
@@ -191,12 +198,15 @@ func (j *Job) committedOffsets(ctx context.Context, group string, topics []strin
 				continue
 			}
 			if op.Error != nil {
-				return nil, fmt.Errorf("offset fetch group %q %s/%d: %w", group, t, p, op.Error)
+				return nil, nil, fmt.Errorf("offset fetch group %q %s/%d: %w", group, t, p, op.Error)
 			}
 			offsets[i] = op.CommittedOffset
+			if op.CommittedOffset >= 0 {
+				meta[i] = op.Metadata
+			}
 		}
 	}
-	return offsets, nil
+	return offsets, meta, nil
 }
 
 // groupOffsets returns the job group's committed offsets of partitions

@@ -2,6 +2,7 @@ package job_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,6 +58,20 @@ func TestDedupConfigChange(t *testing.T) {
 			e.produce(replays)
 			r2 := e.start(cfg2)
 			e.waitCommitted(r2, 1, 60*time.Second)
+			// The clock stays where the records put it: the generation
+			// marks of the first run count in its span, and read in
+			// another they would move the clock to another time (24h to
+			// 96h: four times now).
+			pc, err := cfg2.Pipeline()
+			if err != nil {
+				t.Fatal(err)
+			}
+			limit := float64(time.Now().Add(pc.MaxFutureSkew+time.Minute).UnixMilli() / pc.SpanMs())
+			for name, v := range gauges(t, r2.job) {
+				if strings.HasPrefix(name, "dedupstream_window_generation{") && v > limit {
+					t.Errorf("%s = %.0f after the restart, later than now's generation %.0f", name, v, limit)
+				}
+			}
 			e.stop(r2)
 			if n := r2.job.Stats().StatesDropped; n != tc.dropped {
 				t.Errorf("the second start removed %d stores, want %d", n, tc.dropped)

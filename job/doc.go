@@ -123,8 +123,13 @@
 //     partition (its further writes fail) and settles the transaction it
 //     left open.
 //  2. OffsetFetch of the group's committed offsets for partition p of every
-//     raw topic.
-//  3. The store's checkpoint: the next output offset it has seen.
+//     raw topic, with their metadata: the output's end and the generation
+//     marks, where in the output the stage clock entered each live
+//     generation (marks.go).
+//  3. The store's checkpoint: the next output offset it has seen; for a
+//     new store, the first output record of the window (the earlier of the
+//     oldest live generation's mark and the first record stamped inside
+//     the window).
 //  4. If that is below the output partition's last stable offset, the
 //     committed output from there on is read back read_committed and its
 //     keys are put into the store, batch by batch, each batch with its
@@ -133,7 +138,8 @@
 //     while the reading goroutine keys each batch (pipeline.RestoreKeyer: the records were validated
 //     when first keyed, so the key is read without validating the text
 //     again) while the stage records the previous one
-//     (pipeline.Stage.RestoreKeyed, a bulk load into sorted runs).
+//     (pipeline.Stage.RestoreKeyed, a bulk load into sorted runs), its
+//     clock first moved to the generation of the batch's newest mark.
 //     A store ahead of the output (the output topic was recreated) is
 //     refused with an error naming the state directory to remove.
 //  5. Input resumes at the committed offset; without one (first start, or

@@ -254,7 +254,7 @@ func (j *Job) recordPartitions(ctx context.Context, n int) error {
 	for t, ps := range topics {
 		for _, op := range ps {
 			if op.Error == nil && op.CommittedOffset >= 0 {
-				commit.Topics[t] = append(commit.Topics[t], kafka.OffsetCommit{Partition: op.Partition, Offset: op.CommittedOffset, Metadata: offsetMeta(n, j.cfg.Output.Topic, -1)})
+				commit.Topics[t] = append(commit.Topics[t], kafka.OffsetCommit{Partition: op.Partition, Offset: op.CommittedOffset, Metadata: offsetMeta(n, j.cfg.Output.Topic, -1, nil, 0)})
 			}
 		}
 	}

@@ -22,21 +22,36 @@ const offsetMetaPrefix = "dedupstream partitions="
 // offsetMeta is the metadata committed with the input offsets of a job
 // whose stages' topics have n partitions and which writes output topic
 // output, whose partition holds the stage's output up to next (exclusive;
-// -1: not known, as after a migration): "dedupstream partitions=N
-// output=TOPIC@NEXT". Topic names hold neither spaces nor '@'.
-func offsetMeta(n int, output string, next int64) string {
+// -1: not known, as after a migration), with the stage's generation marks
+// (marks.go, of generations spanMs long; none after a migration and on
+// processing time): "dedupstream partitions=N output=TOPIC@NEXT
+// marks=SPAN:G@O,G@O". Topic names hold neither spaces nor '@'.
+func offsetMeta(n int, output string, next int64, marks genMarks, spanMs int64) string {
 	s := offsetMetaPrefix + strconv.Itoa(n) + " output=" + output
 	if next >= 0 {
 		s += "@" + strconv.FormatInt(next, 10)
 	}
-	return s
+	// Kafka's default offset.metadata.max.bytes is 4096: 65 marks (64
+	// generations) of the largest numbers and a 249-byte topic stay under
+	// it, this only guards the bound (the oldest marks go first; a restore
+	// then reads the oldest generations by their timestamps, as before the
+	// marks).
+	for len(marks) > 1 && len(s)+marks.fieldLen(spanMs) > maxOffsetMetaLen {
+		marks = marks[1:]
+	}
+	return marks.appendField(s, spanMs)
 }
+
+// maxOffsetMetaLen bounds the metadata offsetMeta writes.
+const maxOffsetMetaLen = 4000
 
 // offsetMetadata is what the metadata of a committed input offset says.
 type offsetMetadata struct {
-	partitions int    // 0: none recorded (an older build, another tool)
-	output     string // "": not recorded (an older build)
-	outputNext int64  // -1: not recorded
+	partitions int      // 0: none recorded (an older build, another tool)
+	output     string   // "": not recorded (an older build)
+	outputNext int64    // -1: not recorded
+	marks      genMarks // nil: not recorded (an older build, a migration)
+	marksSpan  int64    // the marks' generation span, ms
 }
 
 // parseOffsetMeta reads the metadata of a committed input offset.
@@ -49,6 +64,10 @@ func parseOffsetMeta(s string) offsetMetadata {
 	count, out, _ := strings.Cut(rest, " ")
 	if n, err := strconv.Atoi(count); err == nil && n > 0 {
 		m.partitions = n
+	}
+	out, more, _ := strings.Cut(out, " ")
+	if v, ok := strings.CutPrefix(more, marksField); ok {
+		m.marks, m.marksSpan = parseMarks(v)
 	}
 	if out, ok = strings.CutPrefix(out, "output="); ok {
 		topic, next, hasNext := strings.Cut(out, "@")

@@ -88,6 +88,12 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 	// its next batch and closes full.
 	for kb := range full {
 		if applyErr == nil {
+			// The batch was emitted with the clock in its newest mark's
+			// generation or later (marks.go): its keys are filed there
+			// at least, whatever their timestamps say.
+			if g, ok := r.marks.genAt(kb.next - 1); ok {
+				r.stage.AdvanceTo(g)
+			}
 			if err := r.stage.RestoreKeyed(&kb.keys, r.checkpoint(resume, kb.next)); err != nil {
 				applyErr = &fatalError{err}
 				cancel() // the reader stops at its next batch

@@ -1,10 +1,3 @@
-//go:build knownholes
-
-// A known hole, not fixed: run with -tags knownholes (see the test's
-// comment). The state-kept case passes; the two state-removed cases fail
-// until the restore of a new store covers the keys the stage clock still
-// remembers.
-
 package job_test
 
 import (
@@ -25,12 +18,16 @@ import (
 // dead-lettered included, and a key is remembered from the clock it was
 // emitted at, not from its own timestamp (a late record's key is kept a
 // whole window from the clock). A store rebuilt from nothing (state
-// directory lost, a new instance) restores from the first output record
-// stamped inside the window of the newest one. A late record emitted
-// after the clock was moved by a record that is not in the output has a
-// timestamp before that cutoff and an offset before the first record
-// after it: the rebuilt store skips it, and its replay passes where the
-// kept store drops it.
+// directory lost, a new instance) must restore such a key too: a late
+// record emitted after the clock was moved by a record that is not in the
+// output has a timestamp before the window's cutoff and an offset before
+// the first record stamped after it. The generation marks committed with
+// the offsets (marks.go) start the restore at the oldest live
+// generation's first output record and file the key in the generation it
+// was emitted in. Without them (restoring from the first record stamped
+// inside the window, filing by timestamps) the rebuilt store skipped it and
+// its replay passed: "key late-4 is 2 times in the output" in both
+// state-removed cases.
 //
 // Partition 0, window 1h (generations of 15m), T = three hours ago:
 // first a record stamped T+60m that moves the clock without an output
@@ -82,15 +79,17 @@ func TestRestoreWindowLateRecords(t *testing.T) {
 	}
 }
 
-// TestRestoreTailLateRecords is the same hole after a crash with the state
+// TestRestoreTailLateRecords is the same after a crash with the state
 // kept: the stage dies after the transaction of the cycle holding the
 // poison record (stamped T+60m) and the late key (stamped T) committed and
 // before its store commit (failpoint Committed, as kill -9 with the
 // store's commit lost). The recovery restores that cycle from the output,
-// where only the late record is: its key goes into the generation of T,
-// not of T+60m, and the record stamped T+100m expires it. The replay then
-// passes, where the same run without the crash drops it (the test above,
-// "poison record, state kept").
+// where only the late record is; its key must go into the generation of
+// T+60m, where the clock was, so that the replay stamped T+101m is dropped
+// as it is in the same run without the crash (the test above, "poison
+// record, state kept"). Filed by its own timestamp (the restore without
+// the marks' clock moves) the record stamped T+100m expired it and the
+// replay passed.
 func TestRestoreTailLateRecords(t *testing.T) {
 	T := time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond)
 	ids := keysOn(0, 3)

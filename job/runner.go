@@ -75,6 +75,20 @@ type runner struct {
 	// produced counts the open cycle's records sent to its output
 	// partition.
 	produced int64
+	// marks are where the clock entered each live generation in the
+	// output (marks.go), as committed; pending are the open cycle's, by
+	// the index of the record among the cycle's output, and markGen the
+	// newest generation marked or pending.
+	marks   genMarks
+	pending []pendingMark
+	markGen uint64
+}
+
+// pendingMark is a mark of the open cycle: its idx-th output record is
+// the first emitted in generation gen.
+type pendingMark struct {
+	gen uint64
+	idx int64
 }
 
 // doubtfulCycle is a cycle whose commit outcome is unknown.
@@ -308,11 +322,21 @@ func (r *runner) recover(ctx context.Context) error {
 	if err := acquire(ctx, r.prod, &r.owned); err != nil {
 		return err
 	}
-	committed, err := r.j.committedOffsets(ctx, r.j.cfg.Job.ID, r.j.topics, r.p)
+	committed, meta, err := r.j.committedOffsetsMeta(ctx, r.j.cfg.Job.ID, r.j.topics, r.p)
 	if err != nil {
 		return fmt.Errorf("committed offsets: %w", err)
 	}
 	r.settleDoubt(committed)
+	// The marks committed with the output (every input's offset carries
+	// the same); none from an older build, after a migration, on
+	// processing time, or of another generation span.
+	r.marks = nil
+	for _, m := range meta {
+		if om := parseOffsetMeta(m); om.marks != nil && om.marksSpan == r.j.pc.SpanMs() && r.j.pc.TimeBase == pipeline.RecordTime {
+			r.marks = om.marks
+			break
+		}
+	}
 	st := r.stage.State()
 	ck, err := DecodeCheckpoint(st.Checkpoint)
 	if err != nil {
@@ -332,6 +356,15 @@ func (r *runner) recover(ctx context.Context) error {
 		// directory) needs only the output still inside the window.
 		if from, err = r.windowStart(ctx, offs); err != nil {
 			return fmt.Errorf("output offsets: %w", err)
+		}
+		// The output of the live generations begins at the oldest
+		// live one's mark, which may be before the first record stamped
+		// inside the window: a late record emitted after a record that
+		// is not in the output moved the clock (marks.go).
+		if n := len(r.marks); n > 0 {
+			if live := r.marks.live(r.j.pc.OldestLive(r.marks[n-1].gen)); len(live) > 0 && live[0].off < from {
+				from = live[0].off
+			}
 		}
 	}
 	if from > offs.LastStable {
@@ -427,6 +460,10 @@ func (r *runner) windowStart(ctx context.Context, offs fetch.Offsets) (int64, er
 // starts from.
 func (r *runner) begin() error {
 	r.begun, r.produced = time.Now(), 0
+	r.pending, r.markGen = r.pending[:0], 0
+	if n := len(r.marks); n > 0 {
+		r.markGen = r.marks[n-1].gen
+	}
 	r.in.phase(r.begun.Add(r.j.cfg.Commit.Interval))
 	r.pos = r.positions(r.pos)
 	return r.prod.Begin()
@@ -472,6 +509,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	since := time.Now()
 	r.j.guard.begin(ctx, since)
 	var err error
+	var marks genMarks // the marks committed with the cycle's offsets
 	ahead := r.outNext
 	if r.produced > 0 {
 		ahead = -1
@@ -480,7 +518,8 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		}
 	}
 	if ahead >= 0 {
-		err = r.prod.SendOffsetsAhead(ctx, r.group, r.offsets(pos, ahead))
+		marks = r.cycleMarks(r.tail.next)
+		err = r.prod.SendOffsetsAhead(ctx, r.group, r.offsets(pos, ahead, marks))
 	}
 	// Every produce of the cycle answered: the output offset is known.
 	if err == nil {
@@ -497,7 +536,8 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		if ahead >= 0 && ahead == r.outNext {
 			err = r.prod.OffsetsSent()
 		} else {
-			err = r.prod.SendOffsets(ctx, r.group, r.offsets(pos, r.outNext))
+			marks = r.cycleMarks(firstOffset(span, r.produced))
+			err = r.prod.SendOffsets(ctx, r.group, r.offsets(pos, r.outNext, marks))
 		}
 	}
 	if err == nil {
@@ -515,6 +555,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	}
 	// The transaction committed: the output is the truth from here on. A
 	// failed store commit leaves the store behind, which recovery repairs.
+	r.marks = marks
 	r.tail.committed(span, wrote)
 	r.j.opts.failpoint(testhook.Committed)
 	if err := r.stage.Commit(r.checkpoint(pos, r.outNext)); err != nil {
@@ -526,11 +567,43 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 	return nil
 }
 
+// cycleMarks returns the marks to commit with the open cycle: the
+// committed ones and the cycle's own, its output beginning at offset first
+// (-1: not known, the cycle's marks are left out; its records then count
+// as emitted in the generation of the mark before them), those of expired
+// generations dropped. None on processing time: the clock is the wall's,
+// no record is late, and a restore files what it reads at the wall clock.
+func (r *runner) cycleMarks(first int64) genMarks {
+	if r.j.pc.TimeBase != pipeline.RecordTime {
+		return nil
+	}
+	m := r.marks
+	if first >= 0 {
+		for _, p := range r.pending {
+			m = m.note(p.gen, first+p.idx)
+		}
+	}
+	return m.live(r.stage.OldestLive())
+}
+
+// firstOffset is where the cycle's produced records begin in span: its
+// first record's offset, else (the first batch was a resend answered
+// without it) its end less the records, if the end is exact; else -1.
+func firstOffset(span sink.Span, produced int64) int64 {
+	switch {
+	case span.First >= 0:
+		return span.First
+	case span.Exact && span.Next >= produced:
+		return span.Next - produced
+	}
+	return -1
+}
+
 // offsets are the input positions pos as offsets to commit, with the
-// output topic and its end after the cycle, outNext, in their metadata
-// (outputcheck.go).
-func (r *runner) offsets(pos []int64, outNext int64) []sink.Offset {
-	meta := offsetMeta(r.lay.partitions, r.j.cfg.Output.Topic, outNext)
+// output topic and its end after the cycle, outNext (outputcheck.go), and
+// the generation marks (marks.go) in their metadata.
+func (r *runner) offsets(pos []int64, outNext int64, marks genMarks) []sink.Offset {
+	meta := offsetMeta(r.lay.partitions, r.j.cfg.Output.Topic, outNext, marks, r.j.pc.SpanMs())
 	offsets := make([]sink.Offset, 0, len(pos))
 	for i, off := range pos {
 		if off >= 0 {
@@ -682,6 +755,11 @@ func (r *runner) decide(_ int, b *fetch.Batch, cycle *Stats) error {
 	for i, d := range decs {
 		switch d.Verdict {
 		case pipeline.Emit:
+			if d.Gen > r.markGen || len(r.marks)+len(r.pending) == 0 {
+				// The first record emitted in a newer generation.
+				r.pending = append(r.pending, pendingMark{d.Gen, r.produced + int64(len(r.emits))})
+				r.markGen = d.Gen
+			}
 			r.emits = append(r.emits, r.arena.record(&b.Records[i], "", nil, 0))
 		case pipeline.DeadLetter:
 			r.dlq = append(r.dlq, r.arena.record(&b.Records[i], d.Reason, r.topicB[t], r.p))

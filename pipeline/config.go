@@ -190,6 +190,12 @@ func (w window) gen(ms int64) uint64 {
 	return uint64(ms / w.spanMs)
 }
 
+// OldestLive is the oldest generation still live when cur is the newest.
+func (c *Config) OldestLive(cur uint64) uint64 { return newWindow(c).oldestLive(cur) }
+
+// SpanMs is the length of one generation in milliseconds.
+func (c *Config) SpanMs() int64 { return newWindow(c).spanMs }
+
 // oldestLive is the oldest generation still live when cur is the newest.
 func (w window) oldestLive(cur uint64) uint64 {
 	if cur < w.live-1 {

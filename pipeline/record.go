@@ -55,6 +55,9 @@ type Decision struct {
 	// Reason says why a record was dead-lettered, in the stable snake_case
 	// spelling written to the DLQ reason header; empty otherwise.
 	Reason string
+	// Gen is the generation an emitted record's key is remembered in (the
+	// clock's when it was decided); 0 for the other verdicts.
+	Gen uint64
 }
 
 // Counts are the per-batch counters of Process, added up by the caller.

@@ -486,7 +486,7 @@ func (s *Stage) emit(i int, version uint64, c *Counts) Decision {
 	}
 	p.noteEmitted(h)
 	c.Emitted++
-	return Decision{Verdict: Emit}
+	return Decision{Verdict: Emit, Gen: s.cur}
 }
 
 // Commit makes the open cycle's keys durable together with checkpoint (the
@@ -531,6 +531,19 @@ func (s *Stage) State() statestore.State { return s.store.State() }
 
 // Generation is the stage's current (newest) generation.
 func (s *Stage) Generation() uint64 { return s.cur }
+
+// OldestLive is the oldest generation still live: keys emitted before it
+// are forgotten.
+func (s *Stage) OldestLive() uint64 { return s.win.oldestLive(s.cur) }
+
+// AdvanceTo moves the stage clock forward to the start of generation gen
+// (never back), as a restore does when the output it reads was emitted
+// with the clock in gen (job's generation marks): the keys restored next
+// are filed in gen or later, as they were when emitted, even when their
+// own timestamps are older.
+func (s *Stage) AdvanceTo(gen uint64) {
+	s.tick(int64(gen) * s.win.spanMs)
+}
 
 // Close forgets the open cycle, writes the Bloom snapshot that lets the
 // next Open skip the rebuild, and closes the store. After a store failure

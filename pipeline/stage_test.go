@@ -104,7 +104,8 @@ func TestDecisionsAndCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Decision{{Verdict: Emit}, {Verdict: DropBatch}, {Verdict: Emit},
+	g := s.Generation()
+	want := []Decision{{Verdict: Emit, Gen: g}, {Verdict: DropBatch}, {Verdict: Emit, Gen: g},
 		{Verdict: DeadLetter, Reason: "not_json"}, {Verdict: DeadLetter, Reason: "field_missing"},
 		{Verdict: DeadLetter, Reason: ReasonRecordTooLarge}}
 	for i := range want {

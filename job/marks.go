@@ -1,0 +1,148 @@
+package job
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Generation marks: where in the output the stage clock entered each live
+// generation. The committed input offsets carry them in their metadata
+// (offsetMeta), in the transaction that carries the output, so the output
+// and its marks are committed together.
+//
+// Why: on record time the stage clock is the largest timestamp of the
+// records decided so far, those dead-lettered and those dropped as repeats
+// included, and a key is remembered from the clock's generation when it was
+// emitted. A restore that knows only the output files each key by the clock
+// the output's own timestamps show, which misses the moves of records not
+// in it: a late record (stamped before the clock) emitted after such a move
+// was filed generations too early, or left out of a new store's restore
+// altogether (it lies before the first record stamped inside the window),
+// and its replay passed (TestRestoreWindowLateRecords,
+// TestRestoreTailLateRecords). With the marks a restore starts at the
+// first output record of the oldest live generation and moves the clock to
+// each mark's generation as it reads past it.
+//
+// A mark is taken per record: the first output record emitted in a newer
+// generation than the last mark's (pipeline.Decision.Gen) marks its own
+// offset, the cycle's first offset plus its index among the cycle's output
+// (known once the produce is acknowledged, or before when the stage knows
+// where its records land, ownTail). Every output record at or after it was
+// emitted in that generation or a later one, every record before it in an
+// older one. A restore files each read batch at the generation of its
+// newest mark (and of its newest timestamp, as before), as it always filed
+// a batch at its newest clock. A mark per cycle was not enough: a backlog's
+// cycle spans many generations, and its whole output then counted as
+// emitted in the last one, keys long expired in the store restored live
+// (TestRestoreWindow, "restored 4000 output records, want the 3000 inside
+// the window"). Marks of generations no longer live are dropped: at most
+// Generations + 1 remain.
+
+// genMark says that the output records from offset off on were emitted
+// with the stage clock in generation gen or later.
+type genMark struct {
+	gen uint64
+	off int64
+}
+
+// genMarks are the marks of the live generations, oldest first: both
+// generations and offsets increase.
+type genMarks []genMark
+
+// note returns m with a mark of gen at off added if gen is newer than the
+// last mark's generation (m is not modified).
+func (m genMarks) note(gen uint64, off int64) genMarks {
+	if n := len(m); n > 0 && gen <= m[n-1].gen {
+		return m
+	}
+	return append(m[:len(m):len(m)], genMark{gen, off})
+}
+
+// live returns the marks of generations oldest and newer: every mark
+// before the first of them names output emitted in generations that have
+// expired. (m shares its array with the result.)
+func (m genMarks) live(oldest uint64) genMarks {
+	for i, k := range m {
+		if k.gen >= oldest {
+			return m[i:]
+		}
+	}
+	return nil
+}
+
+// genAt returns the generation the output record at offset off was
+// emitted in at the earliest, from the newest mark at or before it; false
+// when off is before every mark.
+func (m genMarks) genAt(off int64) (uint64, bool) {
+	for i := len(m) - 1; i >= 0; i-- {
+		if m[i].off <= off {
+			return m[i].gen, true
+		}
+	}
+	return 0, false
+}
+
+// marksField is the metadata field holding the marks with the generation
+// span they count in, in milliseconds: "marks=SPAN:G@O,G@O". Marks of
+// another span (dedup.window / dedup.generations changed) are not read: a
+// generation of the old span read in the new one names another time, and
+// moving the clock there could move it far ahead of every record.
+const marksField = "marks="
+
+// fieldLen is the length appendField adds for m with span spanMs.
+func (m genMarks) fieldLen(spanMs int64) int {
+	if len(m) == 0 {
+		return 0
+	}
+	n := 1 + len(marksField) + len(strconv.FormatInt(spanMs, 10)) + 1 + len(m) - 1
+	for _, k := range m {
+		n += len(strconv.FormatUint(k.gen, 10)) + 1 + len(strconv.FormatInt(k.off, 10))
+	}
+	return n
+}
+
+// appendField appends m, of generations spanMs long, as a metadata field
+// (nothing when m is empty).
+func (m genMarks) appendField(s string, spanMs int64) string {
+	if len(m) == 0 {
+		return s
+	}
+	b := []byte(s + " " + marksField)
+	b = strconv.AppendInt(b, spanMs, 10)
+	b = append(b, ':')
+	for i, k := range m {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendUint(b, k.gen, 10)
+		b = append(b, '@')
+		b = strconv.AppendInt(b, k.off, 10)
+	}
+	return string(b)
+}
+
+// parseMarks reads the value of a marks field: the marks and their span;
+// nil when it is not one this build wrote (a positive span, generations
+// and offsets increasing), so that a restore then falls back to the
+// output's timestamps.
+func parseMarks(v string) (genMarks, int64) {
+	sp, v, ok := strings.Cut(v, ":")
+	span, err := strconv.ParseInt(sp, 10, 64)
+	if !ok || err != nil || span <= 0 || v == "" {
+		return nil, 0
+	}
+	var m genMarks
+	for f := range strings.SplitSeq(v, ",") {
+		g, o, ok := strings.Cut(f, "@")
+		gen, err1 := strconv.ParseUint(g, 10, 64)
+		off, err2 := strconv.ParseInt(o, 10, 64)
+		if !ok || err1 != nil || err2 != nil || off < 0 {
+			return nil, 0
+		}
+		if n := len(m); n > 0 && (gen <= m[n-1].gen || off < m[n-1].off) {
+			return nil, 0
+		}
+		m = append(m, genMark{gen, off})
+	}
+	return m, span
+}
