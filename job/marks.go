@@ -24,7 +24,7 @@ import (
 // each mark's generation as it reads past it.
 //
 // A mark is taken per record: the first output record emitted in a newer
-// generation than the last mark's (pipeline.Decision.Gen) marks its own
+// generation than the last mark's (pipeline.Stage.GenStarts) marks its own
 // offset, the cycle's first offset plus its index among the cycle's output
 // (known once the produce is acknowledged, or before when the stage knows
 // where its records land, ownTail). Every output record at or after it was

@@ -752,13 +752,17 @@ func (r *runner) decide(_ int, b *fetch.Batch, cycle *Stats) error {
 	}
 	r.arena.reset(b, nd)
 	r.emits, r.dlq = slices.Grow(r.emits[:0], len(decs)-nd), slices.Grow(r.dlq[:0], nd)
+	starts := r.stage.GenStarts()
 	for i, d := range decs {
 		switch d.Verdict {
 		case pipeline.Emit:
-			if d.Gen > r.markGen || len(r.marks)+len(r.pending) == 0 {
-				// The first record emitted in a newer generation.
-				r.pending = append(r.pending, pendingMark{d.Gen, r.produced + int64(len(r.emits))})
-				r.markGen = d.Gen
+			if len(starts) > 0 && starts[0].Index == i {
+				if g := starts[0].Gen; g > r.markGen || len(r.marks)+len(r.pending) == 0 {
+					// The first record emitted in a newer generation.
+					r.pending = append(r.pending, pendingMark{g, r.produced + int64(len(r.emits))})
+					r.markGen = g
+				}
+				starts = starts[1:]
 			}
 			r.emits = append(r.emits, r.arena.record(&b.Records[i], "", nil, 0))
 		case pipeline.DeadLetter:

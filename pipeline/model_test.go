@@ -97,7 +97,7 @@ func (m *refModel) process(recs []modelRecord, wallMs int64) []Decision {
 			}
 		}
 		m.cycle[r.key] = pending{gen: m.cur, version: r.version}
-		out = append(out, Decision{Verdict: Emit, Gen: m.cur})
+		out = append(out, Decision{Verdict: Emit})
 	}
 	return out
 }

@@ -55,9 +55,15 @@ type Decision struct {
 	// Reason says why a record was dead-lettered, in the stable snake_case
 	// spelling written to the DLQ reason header; empty otherwise.
 	Reason string
-	// Gen is the generation an emitted record's key is remembered in (the
-	// clock's when it was decided); 0 for the other verdicts.
-	Gen uint64
+}
+
+// GenStart says that decision Index of a Process call is its first Emit in
+// generation Gen: the emits before it were decided in an older generation
+// (or Index is the call's first Emit), those from it on in Gen or newer
+// until the next GenStart.
+type GenStart struct {
+	Index int
+	Gen   uint64
 }
 
 // Counts are the per-batch counters of Process, added up by the caller.

@@ -71,6 +71,9 @@ type Stage struct {
 	cycleGets uint64
 	err       error // sticky: a failed store stops the stage
 
+	// genStarts are the last Process call's (GenStarts).
+	genStarts []GenStart
+
 	restoreKeyer *RestoreKeyer // Restore's, made on first use
 	restored     Restored
 	// restoreUnkeyed counts output records restores left out (Restored.Unkeyed).
@@ -386,6 +389,8 @@ func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error)
 	// (and the set rehashed) several times in a stage's first cycles.
 	out = slices.Grow(out, len(in))
 	s.cycle.reserve(len(in))
+	s.genStarts = s.genStarts[:0]
+	base := len(out)
 	var err error
 	for lo := 0; lo < len(in) && err == nil; lo += probeChunk {
 		chunk := in[lo:min(lo+probeChunk, len(in))]
@@ -397,6 +402,11 @@ func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error)
 			var d Decision
 			if d, err = s.decide(i, oldest, &c); err != nil {
 				break
+			}
+			if d.Verdict == Emit {
+				if n := len(s.genStarts); n == 0 || s.genStarts[n-1].Gen != s.cur {
+					s.genStarts = append(s.genStarts, GenStart{Index: len(out) - base, Gen: s.cur})
+				}
 			}
 			out = append(out, d)
 		}
@@ -486,7 +496,7 @@ func (s *Stage) emit(i int, version uint64, c *Counts) Decision {
 	}
 	p.noteEmitted(h)
 	c.Emitted++
-	return Decision{Verdict: Emit, Gen: s.cur}
+	return Decision{Verdict: Emit}
 }
 
 // Commit makes the open cycle's keys durable together with checkpoint (the
@@ -531,6 +541,13 @@ func (s *Stage) State() statestore.State { return s.store.State() }
 
 // Generation is the stage's current (newest) generation.
 func (s *Stage) Generation() uint64 { return s.cur }
+
+// GenStarts returns, for the last Process call, where its emits entered
+// each generation, in decision order (indexes into that call's decisions,
+// counted from the first it appended): one entry for its first Emit, one
+// more for every Emit decided in a newer generation than the one before.
+// The slice is reused by the next call.
+func (s *Stage) GenStarts() []GenStart { return s.genStarts }
 
 // OldestLive is the oldest generation still live: keys emitted before it
 // are forgotten.

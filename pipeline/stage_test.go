@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -84,6 +85,48 @@ func TestProcessSteadyStateAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestGenStarts: a batch whose records move the clock across generations
+// says where its emits entered each one: its first emit, then the first
+// emitted in each newer generation, also when a record that is not emitted
+// (a repeat, a poison record) moved the clock and a late record stamped
+// before it is the next emit.
+func TestGenStarts(t *testing.T) {
+	now := time.UnixMilli(1_700_000_000_000)
+	s := openTestStage(t, Config{Key: []partition.Field{{Source: partition.SourceJSON, Name: "id"}}, Window: 4 * time.Hour, Generations: 4}, func() time.Time { return now })
+	hour := time.Hour.Milliseconds()
+	t0 := now.UnixMilli() - 3*hour - hour/2
+	rec := func(id string, at int64) Record {
+		return Record{Record: partition.Record{Value: []byte(`{"id":"` + id + `"}`)}, TimestampMs: at}
+	}
+	in := []Record{
+		{Record: partition.Record{Value: []byte("poison")}, TimestampMs: t0}, // 0: dead letter
+		rec("a", t0),          // 1: first emit
+		rec("b", t0+10),       // 2
+		rec("a", t0+hour),     // 3: a repeat moves the clock a generation on
+		rec("late", t0),       // 4: the first emit in it
+		rec("c", t0+2*hour),   // 5: the next generation
+		rec("d", t0+2*hour+1), // 6
+	}
+	out, _, err := s.Process(in, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[3].Verdict != DropBatch || out[4].Verdict != Emit {
+		t.Fatalf("decisions %+v", out)
+	}
+	g := func(ms int64) uint64 { return uint64(ms / hour) }
+	want := []GenStart{{1, g(t0)}, {4, g(t0 + hour)}, {5, g(t0 + 2*hour)}}
+	if got := s.GenStarts(); !slices.Equal(got, want) {
+		t.Errorf("GenStarts %v, want %v", got, want)
+	}
+	if _, _, err := s.Process(in[5:], nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.GenStarts(); len(got) != 0 {
+		t.Errorf("a batch of repeats only: GenStarts %v, want none", got)
+	}
+}
+
 // TestDecisionsAndCounts checks each verdict, reason and counter once on a
 // hand-made stream.
 func TestDecisionsAndCounts(t *testing.T) {
@@ -104,8 +147,7 @@ func TestDecisionsAndCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := s.Generation()
-	want := []Decision{{Verdict: Emit, Gen: g}, {Verdict: DropBatch}, {Verdict: Emit, Gen: g},
+	want := []Decision{{Verdict: Emit}, {Verdict: DropBatch}, {Verdict: Emit},
 		{Verdict: DeadLetter, Reason: "not_json"}, {Verdict: DeadLetter, Reason: "field_missing"},
 		{Verdict: DeadLetter, Reason: ReasonRecordTooLarge}}
 	for i := range want {
