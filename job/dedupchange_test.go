@@ -40,13 +40,7 @@ func TestDedupConfigChange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			const keys = 2_000
-			var first, replays []*kgo.Record
-			for i := range keys {
-				id := fmt.Sprintf("c-%d", i)
-				p := int32(partition.Murmur2Partition([]byte(id), partitions))
-				first = append(first, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"status":"paid","msg":1}`, id)})
-				replays = append(replays, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"status":"paid","msg":2}`, id)})
-			}
+			first, replays := replayPairs(e, "c", keys, `,"status":"paid"`)
 			cfg := e.config("0, 1, 2, 3")
 			e.produce(first)
 			r1 := e.start(cfg)
@@ -113,14 +107,9 @@ func TestTimeBaseChange(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			const keys = 1_000
-			var first, later []*kgo.Record
+			first, later := replayPairs(e, "t", keys, "")
 			for i := range keys {
-				id := fmt.Sprintf("t-%d", i)
-				p := int32(partition.Murmur2Partition([]byte(id), partitions))
-				first = append(first, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Timestamp: now.Add(-tc.first),
-					Value: fmt.Appendf(nil, `{"order_id":%q,"msg":1}`, id)})
-				later = append(later, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Timestamp: now.Add(-tc.later),
-					Value: fmt.Appendf(nil, `{"order_id":%q,"msg":2}`, id)})
+				first[i].Timestamp, later[i].Timestamp = now.Add(-tc.first), now.Add(-tc.later)
 			}
 			cfgFor := func(timeBase string) *config.Config {
 				c := e.config("0, 1, 2, 3")
@@ -158,4 +147,18 @@ func TestTimeBaseChange(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replayPairs returns, for keys keys "prefix-i" each on the partition
+// murmur2 gives it, a first record and its replay: JSON with the key as
+// order_id, then fields (more JSON members, each after a comma), then
+// "msg" 1 or 2.
+func replayPairs(e *env, prefix string, keys int, fields string) (first, replays []*kgo.Record) {
+	for i := range keys {
+		id := fmt.Sprintf("%s-%d", prefix, i)
+		p := int32(partition.Murmur2Partition([]byte(id), partitions))
+		first = append(first, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q%s,"msg":1}`, id, fields)})
+		replays = append(replays, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q%s,"msg":2}`, id, fields)})
+	}
+	return first, replays
 }

@@ -2,14 +2,12 @@ package job_test
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
-	"github.com/dedupstream/dedupstream/partition"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -37,13 +35,7 @@ func TestOutputReplaced(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			const keys = 1_000
-			var first, replays []*kgo.Record
-			for i := range keys {
-				id := fmt.Sprintf("o-%d", i)
-				p := int32(partition.Murmur2Partition([]byte(id), partitions))
-				first = append(first, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"msg":1}`, id)})
-				replays = append(replays, &kgo.Record{Topic: e.raw, Partition: p, Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"msg":2}`, id)})
-			}
+			first, replays := replayPairs(e, "o", keys, "")
 			e.produce(first)
 			cfg := e.config("0, 1, 2, 3")
 			r1 := e.start(cfg)
