@@ -1,6 +1,7 @@
 package job
 
 import (
+	"math"
 	"strconv"
 	"strings"
 )
@@ -82,11 +83,36 @@ func (m genMarks) genAt(off int64) (uint64, bool) {
 	return 0, false
 }
 
+// inSpan returns m, of generations fromMs long, as marks of generations
+// toMs long (m itself when the spans agree; nil when a generation's start
+// does not fit in Unix milliseconds, which no mark this build wrote has).
+// A mark of generation g says that the output from its offset on was
+// emitted with the clock at g × fromMs or later; the generation of that
+// time in the new span, rounded down, says no more than that. Read as they
+// stand, the old numbers would name another time, and moving the clock
+// there could move it far ahead of every record; dropped, a store rebuilt
+// under the new span (dedup.window / dedup.generations changed: the old
+// stores are removed) forgot the late keys the marks exist for
+// (TestSpanChangeLateRecords). Marks that fall into one new generation
+// keep the first: its offset is where that generation's output begins.
+func (m genMarks) inSpan(fromMs, toMs int64) genMarks {
+	if fromMs == toMs || len(m) == 0 {
+		return m
+	}
+	var out genMarks
+	for _, k := range m {
+		if fromMs <= 0 || toMs <= 0 || k.gen > uint64(math.MaxInt64/fromMs) {
+			return nil
+		}
+		out = out.note(uint64(int64(k.gen)*fromMs/toMs), k.off)
+	}
+	return out
+}
+
 // marksField is the metadata field holding the marks with the generation
 // span they count in, in milliseconds: "marks=SPAN:G@O,G@O". Marks of
-// another span (dedup.window / dedup.generations changed) are not read: a
-// generation of the old span read in the new one names another time, and
-// moving the clock there could move it far ahead of every record.
+// another span (dedup.window / dedup.generations changed) are read in the
+// span in force through inSpan.
 const marksField = "marks="
 
 // fieldLen is the length appendField adds for m with span spanMs.

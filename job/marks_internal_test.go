@@ -65,3 +65,34 @@ func TestGenMarks(t *testing.T) {
 		t.Errorf("200 marks: %d bytes of metadata (bound %d), kept %d ending %v: want the newest kept within the bound", len(meta), maxOffsetMetaLen, len(got), got[len(got)-1:])
 	}
 }
+
+// TestGenMarksInSpan: marks read in another generation span name the
+// start of their old generation's time, rounded down to the new span's
+// generation; marks falling into one new generation keep the first
+// offset; the same span leaves them as they are, and a generation whose
+// start overflows Unix milliseconds drops them all.
+func TestGenMarksInSpan(t *testing.T) {
+	m := genMarks{{10, 0}, {11, 40}, {13, 90}}
+	for _, tc := range []struct {
+		name     string
+		from, to int64
+		want     genMarks
+	}{
+		{"same span", 900, 900, m},
+		{"span doubled", 900, 1800, genMarks{{5, 0}, {6, 90}}},
+		{"span halved", 900, 450, genMarks{{20, 0}, {22, 40}, {26, 90}}},
+		{"span 15m to 10m", 15, 10, genMarks{{15, 0}, {16, 40}, {19, 90}}},
+		{"overflow", math.MaxInt64 / 11, 1, nil},
+	} {
+		if got := m.inSpan(tc.from, tc.to); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: inSpan(%d, %d) = %v, want %v", tc.name, tc.from, tc.to, got, tc.want)
+		}
+		// Every mark stays a lower bound: its new generation starts at or
+		// before its old one.
+		for i, k := range m.inSpan(tc.from, tc.to) {
+			if g, ok := m.genAt(k.off); !ok || int64(k.gen)*tc.to > int64(g)*tc.from {
+				t.Errorf("%s: mark %d (%v) starts after the old mark at its offset", tc.name, i, k)
+			}
+		}
+	}
+}

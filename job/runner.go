@@ -328,12 +328,12 @@ func (r *runner) recover(ctx context.Context) error {
 	}
 	r.settleDoubt(committed)
 	// The marks committed with the output (every input's offset carries
-	// the same); none from an older build, after a migration, on
-	// processing time, or of another generation span.
+	// the same), in the generation span in force; none from an older
+	// build, after a migration, or on processing time.
 	r.marks = nil
 	for _, m := range meta {
-		if om := parseOffsetMeta(m); om.marks != nil && om.marksSpan == r.j.pc.SpanMs() && r.j.pc.TimeBase == pipeline.RecordTime {
-			r.marks = om.marks
+		if om := parseOffsetMeta(m); om.marks != nil && r.j.pc.TimeBase == pipeline.RecordTime {
+			r.marks = om.marks.inSpan(om.marksSpan, r.j.pc.SpanMs())
 			break
 		}
 	}
