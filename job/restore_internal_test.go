@@ -44,7 +44,7 @@ func TestSplitKeyer(t *testing.T) {
 		}
 		return out
 	}
-	k := newSplitKeyer(context.Background(), s)
+	k := newSplitKeyer(context.Background(), s, nil)
 	defer k.close()
 	one := s.NewRestoreKeyer()
 	var got, want pipeline.Restored
@@ -91,7 +91,7 @@ func TestSplitKeyer(t *testing.T) {
 // per batch.
 func TestSplitKeyerAllocatesNothing(t *testing.T) {
 	s := openKeyStage(t)
-	k := newSplitKeyer(context.Background(), s)
+	k := newSplitKeyer(context.Background(), s, nil)
 	defer k.close()
 	fb := &fetch.Batch{}
 	for i := range 5001 {
