@@ -30,9 +30,12 @@ import (
 // (known once the produce is acknowledged, or before when the stage knows
 // where its records land, ownTail). Every output record at or after it was
 // emitted in that generation or a later one, every record before it in an
-// older one. A restore files each read batch at the generation of its
-// newest mark (and of its newest timestamp, as before), as it always filed
-// a batch at its newest clock. A mark per cycle was not enough: a backlog's
+// older one, so each record was emitted in the generation of the newest
+// mark at or before it (a cycle whose first offset is not known and that
+// entered a generation is run again rather than left unmarked). A restore
+// files each read batch at the generation of its newest mark (and of its
+// newest timestamp, as before, but never past the end of its mark's
+// generation: emitTimes), as it always filed a batch at its newest clock. A mark per cycle was not enough: a backlog's
 // cycle spans many generations, and its whole output then counted as
 // emitted in the last one, keys long expired in the store restored live
 // (TestRestoreWindow, "restored 4000 output records, want the 3000 inside

@@ -58,10 +58,10 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 	}
 	full := make(chan *keyedBatch, restoreAhead)
 	readErr := make(chan error, 1)
-	ahead := r.aheadTimes()
+	emitted := r.emitted
 	go pprof.Do(ctx, pprof.Labels("piece", "key"), func(ctx context.Context) {
 		defer close(full)
-		keyer := newSplitKeyer(ctx, r.stage, ahead)
+		keyer := newSplitKeyer(ctx, r.stage, emitted)
 		defer keyer.close() // its only user is this goroutine
 		readErr <- r.out.ReadRangeAhead(ctx, from, fetch.ToLastStable, restoreFetchAhead, func(b *fetch.Batch) error {
 			var kb *keyedBatch
@@ -153,7 +153,7 @@ const splitKeyMin = 256
 // helper's 0.6 s (profile labels key and key-helper, BenchmarkRestore).
 type splitKeyer struct {
 	own, other *pipeline.RestoreKeyer
-	ahead      *aheadTimes // nil: every record counts at its timestamp
+	emitted    *emitTimes // nil: every record counts at its timestamp
 	work       chan splitWork
 	done       chan struct{}
 }
@@ -161,11 +161,11 @@ type splitKeyer struct {
 // splitWork is a half: from (fetched records) or else in, as records at..
 // of b.
 type splitWork struct {
-	from  []fetch.Record
-	in    []pipeline.Record
-	b     *pipeline.Restored
-	at    int
-	ahead *aheadTimes // see splitKeyer
+	from    []fetch.Record
+	in      []pipeline.Record
+	b       *pipeline.Restored
+	at      int
+	emitted *emitTimes // see splitKeyer
 }
 
 // run keys w on the calling goroutine with rk. Fetched records are keyed
@@ -177,25 +177,21 @@ func (w *splitWork) run(rk *pipeline.RestoreKeyer) {
 		rk.KeyInto(w.in, w.b, w.at)
 		return
 	}
-	after := int64(math.MaxInt64)
-	if w.ahead != nil {
-		after = w.ahead.after
+	// One limit serves the half: its last record was emitted last.
+	limit := int64(math.MaxInt64)
+	if w.emitted != nil && len(w.from) > 0 {
+		limit = w.emitted.limit(w.from[len(w.from)-1].Offset)
 	}
 	for i := range w.from {
 		fr := &w.from[i]
-		ts := fr.Timestamp.UnixMilli()
-		if ts > after {
-			ts = w.ahead.time(fr.Offset, ts)
-		}
-		rk.KeyAt(partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, ts, w.b, w.at+i)
+		rk.KeyAt(partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, min(fr.Timestamp.UnixMilli(), limit), w.b, w.at+i)
 	}
 }
 
 // newSplitKeyer starts the helper, under the labels of ctx with
-// piece=key-helper; ahead (nil: none) times the fetched records stamped
-// ahead of the wall clock.
-func newSplitKeyer(ctx context.Context, s *pipeline.Stage, ahead *aheadTimes) *splitKeyer {
-	k := &splitKeyer{own: s.NewRestoreKeyer(), other: s.NewRestoreKeyer(), ahead: ahead, work: make(chan splitWork), done: make(chan struct{})}
+// piece=key-helper; emitted (nil: none) bounds the fetched records' times.
+func newSplitKeyer(ctx context.Context, s *pipeline.Stage, emitted *emitTimes) *splitKeyer {
+	k := &splitKeyer{own: s.NewRestoreKeyer(), other: s.NewRestoreKeyer(), emitted: emitted, work: make(chan splitWork), done: make(chan struct{})}
 	go func() {
 		pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels("piece", "key-helper")))
 		for w := range k.work {
@@ -229,14 +225,14 @@ func (k *splitKeyer) split(from []fetch.Record, in []pipeline.Record, b *pipelin
 	}
 	b.SetLen(n)
 	if n < splitKeyMin {
-		w := splitWork{from: from, in: in, b: b, ahead: k.ahead}
+		w := splitWork{from: from, in: in, b: b, emitted: k.emitted}
 		w.run(k.own)
 		return
 	}
 	half := n / 2
 	var theirs, mine splitWork
 	if from != nil {
-		theirs, mine = splitWork{from: from[half:], b: b, at: half, ahead: k.ahead}, splitWork{from: from[:half], b: b, ahead: k.ahead}
+		theirs, mine = splitWork{from: from[half:], b: b, at: half, emitted: k.emitted}, splitWork{from: from[:half], b: b, emitted: k.emitted}
 	} else {
 		theirs, mine = splitWork{in: in[half:], b: b, at: half}, splitWork{in: in[:half], b: b}
 	}
@@ -245,42 +241,31 @@ func (k *splitKeyer) split(from []fetch.Record, in []pipeline.Record, b *pipelin
 	<-k.done
 }
 
-// aheadTimes says at which time a restore counts an output record stamped
-// more than max_future_skew ahead of the wall clock (a producer whose clock
-// is wrong). The stage counted it as the wall clock of its decision
-// (pipeline.Config.ClockTime), which the restore cannot know; counted as
-// the wall clock of the restore, it moved the clock as far as the job had
-// stood still: every key emitted in the window before it expired, and the
-// keys restored with it were kept past their window (TestRestoreFutureRecord:
-// a replay passed, a later record was dropped). A record stamped past the
-// restore's wall clock plus max_future_skew was past it at its decision too
-// (the wall clock only moves on), so the stage counted it as the wall clock
-// then, in the generation the marks name for its offset (marks.go): it
-// counts as that generation's start, and the mark's clock move files it.
-// A record stamped ahead at its decision but not at the restore still
-// counts at its stamp: nothing tells it apart.
-type aheadTimes struct {
-	after  int64 // records stamped later count as their mark's time
-	marks  genMarks
+// emitTimes bounds the time a restore counts an output record as on the
+// stage clock by the generation it was emitted in. The stage counted a
+// record stamped more than max_future_skew ahead of the wall clock (a
+// producer whose clock is wrong) as the wall clock of its decision
+// (pipeline.Config.ClockTime), which the restore cannot know: counted at
+// the wall clock of the restore, or at its stamp once the wall clock has
+// passed it, it moved the clock as far as the job had stood still; every
+// key emitted in the window before it expired, and the keys restored with
+// it were kept past their window (TestRestoreFutureRecord: a replay passed,
+// a later record was dropped). The marks name the generation each record
+// was emitted in (marks.go: a mark for the first record emitted in each
+// newer generation, so every record lies in the generation of the newest
+// mark at or before it), and no record counts later than its end.
+type emitTimes struct {
+	marks  genMarks // as committed, in generations of spanMs
 	spanMs int64
 }
 
-// time returns the time a restore counts the output record at offset off,
-// stamped ts > a.after, as: the start of its mark's generation, or ts when
-// no mark covers it.
-func (a *aheadTimes) time(off, ts int64) int64 {
-	if g, ok := a.marks.genAt(off); ok {
-		return int64(g) * a.spanMs
+// limit returns the latest time a restore may count the output records at
+// offsets up to last as: the end of the generation the record at last was
+// emitted in, math.MaxInt64 when no mark covers it.
+func (e *emitTimes) limit(last int64) int64 {
+	g, ok := e.marks.genAt(last)
+	if !ok || g >= uint64(math.MaxInt64/e.spanMs) {
+		return math.MaxInt64
 	}
-	return ts
-}
-
-// aheadTimes is how the restore starting now times records stamped ahead;
-// nil when the marks cannot tell (none known, or processing time).
-func (r *runner) aheadTimes() *aheadTimes {
-	pc := &r.j.pc
-	if pc.TimeBase != pipeline.RecordTime || len(r.marks) == 0 {
-		return nil
-	}
-	return &aheadTimes{after: r.j.opts.Clock().UnixMilli() + pc.MaxFutureSkew.Milliseconds(), marks: r.marks, spanMs: pc.SpanMs()}
+	return (int64(g)+1)*e.spanMs - 1
 }

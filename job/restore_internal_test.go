@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"fmt"
+	"math"
 	"reflect"
 	"strconv"
 	"testing"
@@ -127,4 +128,23 @@ func BenchmarkRestoreKeyAt(b *testing.B) {
 		w.run(rk)
 	}
 	b.ReportMetric(float64((cpuTime()-start).Nanoseconds())/float64(b.N*len(from)), "cpu-ns/record")
+}
+
+// TestEmitTimesLimit: a restore counts the records up to an offset no
+// later than the end of the generation of the newest mark at or before it
+// (in the span the marks were written in); before every mark, or past the
+// milliseconds a time can hold, there is no limit.
+func TestEmitTimesLimit(t *testing.T) {
+	e := &emitTimes{marks: genMarks{{10, 5}, {12, 90}}, spanMs: 1000}
+	for _, tc := range []struct {
+		last, want int64
+	}{{4, math.MaxInt64}, {5, 10_999}, {89, 10_999}, {90, 12_999}, {1 << 40, 12_999}} {
+		if got := e.limit(tc.last); got != tc.want {
+			t.Errorf("limit(%d) = %d, want %d", tc.last, got, tc.want)
+		}
+	}
+	huge := &emitTimes{marks: genMarks{{math.MaxUint64 / 2, 0}}, spanMs: 1000}
+	if got := huge.limit(1); got != math.MaxInt64 {
+		t.Errorf("a generation past the time range: limit %d, want none", got)
+	}
 }

@@ -27,7 +27,7 @@ import (
 //
 // Partition 0, window 1h (generations of 15m), W = the wall clock of the
 // first run: key "a" stamped W-10m is emitted and committed, then key "f"
-// stamped W+10 days (clock W). The second run's wall clock is W+2h; its
+// stamped W+10 days or W+115m (clock W: both are more than 5m ahead). The second run's wall clock is W+2h; its
 // first record is a replay of "a" stamped W-5m, 10 minutes after "a" on
 // the stage clock of the run that emitted it (a repeat), then a record of
 // "a" stamped W+90m, 100 minutes after it (past the window: kept).
@@ -39,19 +39,31 @@ import (
 //     Committed), so the recovery restores "f" from the output.
 //   - "state removed": the state directory is lost; the new store is
 //     rebuilt from the output's window.
+//
+// Stamped W+115m, "f" is no longer ahead of the second run's clock: only
+// the generation marks past it (the commit's, marks.go) tell that it was
+// counted as W, not as its stamp.
 func TestRestoreFutureRecord(t *testing.T) {
 	W := time.Now().Truncate(time.Millisecond)
 	ids := keysOn(0, 2)
 	a, f := ids[0], ids[1]
-	for _, tc := range []struct {
+	type run struct {
 		name        string
 		kill        bool
 		removeState bool
-	}{
-		{"stopped cleanly", false, false},
-		{"kill -9 after the commit", true, false},
-		{"state removed", false, true},
-	} {
+		ahead       time.Duration // how far ahead of W "f" is stamped
+	}
+	var runs []run
+	for _, ahead := range []struct {
+		name string
+		d    time.Duration
+	}{{"10 days ahead", 10 * 24 * time.Hour}, {"115m ahead, behind the second run's clock", 115 * time.Minute}} {
+		runs = append(runs,
+			run{ahead.name + ", stopped cleanly", false, false, ahead.d},
+			run{ahead.name + ", kill -9 after the commit", true, false, ahead.d},
+			run{ahead.name + ", state removed", false, true, ahead.d})
+	}
+	for _, tc := range runs {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			rec := func(id string, ts time.Time, msg int) *kgo.Record {
@@ -74,7 +86,7 @@ func TestRestoreFutureRecord(t *testing.T) {
 			e.produce([]*kgo.Record{rec(a, W.Add(-10*time.Minute), 1)})
 			e.waitCommitted(r1, 1, 60*time.Second)
 			armed.Store(tc.kill)
-			e.produce([]*kgo.Record{rec(f, W.Add(10*24*time.Hour), 1)})
+			e.produce([]*kgo.Record{rec(f, W.Add(tc.ahead), 1)})
 			if tc.kill {
 				select {
 				case <-died:

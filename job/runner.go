@@ -82,6 +82,9 @@ type runner struct {
 	marks   genMarks
 	pending []pendingMark
 	markGen uint64
+	// emitted bounds the times of the next restore's records (restore.go):
+	// nil without marks.
+	emitted *emitTimes
 }
 
 // pendingMark is a mark of the open cycle: its idx-th output record is
@@ -329,11 +332,13 @@ func (r *runner) recover(ctx context.Context) error {
 	r.settleDoubt(committed)
 	// The marks committed with the output (every input's offset carries
 	// the same), in the generation span in force; none from an older
-	// build, after a migration, or on processing time.
-	r.marks = nil
+	// build, after a migration, or on processing time. The restore bounds
+	// the records' times by them as written (restore.go, emitTimes).
+	r.marks, r.emitted = nil, nil
 	for _, m := range meta {
 		if om := parseOffsetMeta(m); om.marks != nil && r.j.pc.TimeBase == pipeline.RecordTime {
 			r.marks = om.marks.inSpan(om.marksSpan, r.j.pc.SpanMs())
+			r.emitted = &emitTimes{marks: om.marks, spanMs: om.marksSpan}
 			break
 		}
 	}
@@ -533,10 +538,18 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		if span.Next >= 0 {
 			r.outNext = span.Next
 		}
-		if ahead >= 0 && ahead == r.outNext {
+		first := firstOffset(span, r.produced)
+		switch {
+		case ahead >= 0 && ahead == r.outNext:
 			err = r.prod.OffsetsSent()
-		} else {
-			marks = r.cycleMarks(firstOffset(span, r.produced))
+		case first < 0 && len(r.pending) > 0:
+			// A restore takes every output record to be emitted in the
+			// generation of the newest mark before it (restore.go,
+			// emitTimes): a cycle that entered a generation must mark it.
+			err = fmt.Errorf("output %s/%d: the broker did not say where the cycle's records begin, so their generation marks cannot be placed: the cycle is run again",
+				r.j.cfg.Output.Topic, r.p)
+		default:
+			marks = r.cycleMarks(first)
 			err = r.prod.SendOffsets(ctx, r.group, r.offsets(pos, r.outNext, marks))
 		}
 	}
@@ -569,9 +582,8 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 
 // cycleMarks returns the marks to commit with the open cycle: the
 // committed ones and the cycle's own, its output beginning at offset first
-// (-1: not known, the cycle's marks are left out; its records then count
-// as emitted in the generation of the mark before them), those of expired
-// generations dropped. None on processing time: the clock is the wall's,
+// (-1: not known, which commit allows only for a cycle without marks of its
+// own), those of expired generations dropped. None on processing time: the clock is the wall's,
 // no record is late, and a restore files what it reads at the wall clock.
 func (r *runner) cycleMarks(first int64) genMarks {
 	if r.j.pc.TimeBase != pipeline.RecordTime {
