@@ -542,7 +542,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		switch {
 		case ahead >= 0 && ahead == r.outNext:
 			err = r.prod.OffsetsSent()
-		case first < 0 && len(r.pending) > 0:
+		case first < 0 && len(r.pending) > 0 && r.j.pc.TimeBase == pipeline.RecordTime:
 			// A restore takes every output record to be emitted in the
 			// generation of the newest mark before it (restore.go,
 			// emitTimes): a cycle that entered a generation must mark it.
@@ -582,9 +582,10 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 
 // cycleMarks returns the marks to commit with the open cycle: the
 // committed ones and the cycle's own, its output beginning at offset first
-// (-1: not known, which commit allows only for a cycle without marks of its
-// own), those of expired generations dropped. None on processing time: the clock is the wall's,
-// no record is late, and a restore files what it reads at the wall clock.
+// (-1: not known, which commit allows only for a cycle without marks of
+// its own), those of expired generations dropped. None on processing time:
+// the clock is the wall's, no record is late, and a restore files what it
+// reads at the wall clock.
 func (r *runner) cycleMarks(first int64) genMarks {
 	if r.j.pc.TimeBase != pipeline.RecordTime {
 		return nil
