@@ -1,6 +1,7 @@
 package statestore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -807,13 +808,17 @@ func (s *Store) recordMerge(runs []run, r run, paths []string) error {
 // runCursor iterates one run in hash order, a pack at a time. Its Pebble
 // calls go through via: Store.read for a scan on the caller's behalf, nil
 // for a merge, which runs on the worker already and calls Pebble directly.
+// A merge reads the run's files itself when it can (scan, blockscan.go).
 type runCursor struct {
-	it  *pebble.Iterator
-	via func(func() error) error
+	it   *pebble.Iterator
+	scan *blockScan // non-nil: packs come from here, not from it
+	s    *Store
+	r    run
+	via  func(func() error) error
 	// step is advance as a func value made once, for via (nil: on the
 	// worker, advance is called directly).
 	step func() error
-	pack packView // the current pack (aliases the iterator's value)
+	pack packView // the current pack (aliases the iterator's value or the scan's block)
 	i    int      // the current hash's index in pack
 	ok   bool
 	h    partition.Hash
@@ -821,14 +826,20 @@ type runCursor struct {
 }
 
 func (s *Store) openRunCursor(r run, via func(func() error) error) (*runCursor, error) {
-	c := &runCursor{via: via}
+	c := &runCursor{s: s, r: r, via: via}
 	if via != nil {
 		c.step = c.advance
 	}
+	if via == nil && r.blocks != nil && r.blocks.acquire() {
+		c.scan = newBlockScan(s, r)
+		if err := c.advance(); err != nil {
+			_ = c.close()
+			return nil, err
+		}
+		return c, nil
+	}
 	open := func() (err error) {
-		// The packs only: the filter's chunks follow them.
-		c.it, err = s.db.NewIter(&pebble.IterOptions{LowerBound: runStart(r.gen, r.id), UpperBound: filterStart(r.gen, r.id)})
-		if err == nil {
+		if c.it, err = c.newIter(); err == nil {
 			c.ok = c.it.First()
 			err = c.load()
 		}
@@ -846,6 +857,12 @@ func (s *Store) openRunCursor(r run, via func(func() error) error) (*runCursor, 
 	return c, nil
 }
 
+// newIter returns an iterator over the run's packs only: its filter's
+// chunks follow them.
+func (c *runCursor) newIter() (*pebble.Iterator, error) {
+	return c.s.db.NewIter(&pebble.IterOptions{LowerBound: runStart(c.r.gen, c.r.id), UpperBound: filterStart(c.r.gen, c.r.id)})
+}
+
 // load decodes the pack at the iterator and moves to its first hash.
 func (c *runCursor) load() error {
 	if !c.ok {
@@ -859,11 +876,19 @@ func (c *runCursor) load() error {
 	if err != nil {
 		return err
 	}
-	if c.pack, err = decodePack(v); err != nil {
+	if err := c.loadPack(v); err != nil {
 		return err
 	}
 	if c.pack.hash(c.pack.n-1) != last {
 		return fmt.Errorf("corrupt pack %x: its last hash is %x", c.it.Key(), c.pack.hashes[len(c.pack.hashes)-16:])
+	}
+	return nil
+}
+
+// loadPack decodes pack value v and moves to its first hash.
+func (c *runCursor) loadPack(v []byte) (err error) {
+	if c.pack, err = decodePack(v); err != nil {
+		return err
 	}
 	c.i = 0
 	c.h, c.v = c.pack.hash(0), c.pack.version(0)
@@ -886,11 +911,58 @@ func (c *runCursor) next() error {
 }
 
 func (c *runCursor) advance() error {
-	c.ok = c.it.Next()
+	if c.scan == nil {
+		c.ok = c.it.Next()
+		return c.load()
+	}
+	v, ok, err := c.scan.next()
+	switch {
+	case errors.Is(err, errScanPebble):
+		return c.toPebble()
+	case err != nil:
+		return err
+	case !ok:
+		c.ok = false
+		return nil
+	}
+	c.ok = true
+	return c.loadPack(v)
+}
+
+// toPebble hands the rest of the run from the scan to a Pebble iterator:
+// it goes to the pack after the last one the scan gave, the pack whose key
+// is that pack's last hash (c.h, at its end; none: the first pack).
+func (c *runCursor) toPebble() (err error) {
+	started := c.pack.n > 0
+	c.closeScan()
+	c.s.scanHandovers.Add(1)
+	if c.it, err = c.newIter(); err != nil {
+		return err
+	}
+	if !started {
+		c.ok = c.it.First()
+		return c.load()
+	}
+	var k [bucketKeyLen]byte
+	putRunKey(k[:], c.r.gen, c.r.id, c.h)
+	if c.ok = c.it.SeekGE(k[:]); c.ok && bytes.Equal(c.it.Key(), k[:]) {
+		c.ok = c.it.Next()
+	}
 	return c.load()
 }
 
+func (c *runCursor) closeScan() {
+	if c.scan != nil {
+		c.scan.rb.unref()
+		c.scan = nil
+	}
+}
+
 func (c *runCursor) close() error {
+	c.closeScan()
+	if c.it == nil {
+		return nil
+	}
 	if c.via == nil {
 		return c.it.Close()
 	}

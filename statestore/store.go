@@ -70,6 +70,10 @@ type Store struct {
 	// mergedKeys counts the keys merges wrote (merger only; benchmarks
 	// read it once the merger is idle).
 	mergedKeys uint64
+	// scannedBlocks and scanHandovers count the blocks merges read
+	// themselves and the runs whose rest they read through Pebble
+	// (blockscan.go; for tests).
+	scannedBlocks, scanHandovers atomic.Uint64
 	// stallNanos is the time Commits and Expires spent waiting for the
 	// previous index's flush at a handover (BenchmarkMergePolicy's stall-ms).
 	stallNanos atomic.Int64
