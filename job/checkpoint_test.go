@@ -3,6 +3,7 @@ package job_test
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -26,10 +27,19 @@ func TestCheckpointRoundTrip(t *testing.T) {
 			{Inputs: c.Inputs, Output: c.Output, Dedup: "key=key mode=version span=1m0s version=header:v"},
 			{Inputs: c.Inputs, Output: c.Output, Partitions: 6, Dedup: "key=key mode=first span=1h0m0s", OutputTopic: "orders-dedup"},
 			{Inputs: c.Inputs, Output: c.Output, OutputTopic: strings.Repeat("o", 249)},
+			{Inputs: c.Inputs, Output: c.Output, Partitions: 6, Dedup: "key=key mode=first span=15m0s", OutputTopic: "orders-dedup",
+				Marks: []job.GenMark{{Gen: 1964, Offset: 0}}, MarksSpan: 900_000},
+			{Inputs: c.Inputs, Output: c.Output, Partitions: 6, Dedup: "key=key mode=first span=15m0s", OutputTopic: "orders-dedup",
+				Marks: []job.GenMark{{Gen: 7, Offset: 0}, {Gen: 9, Offset: 120}, {Gen: 10, Offset: 120}, {Gen: 1<<64 - 1, Offset: 1<<63 - 1}}, MarksSpan: 1<<63 - 1},
+			// Marks without the rest: version 5 all the same, the output
+			// topic unknown (and then the marks not used).
+			{Inputs: c.Inputs, Output: c.Output, Marks: []job.GenMark{{Gen: 3, Offset: 5}}, MarksSpan: 1},
 		} {
 			mb := more.AppendEncode(nil)
 			want := byte(2)
 			switch {
+			case len(more.Marks) > 0:
+				want = 5
 			case more.OutputTopic != "":
 				want = 4
 			case more.Dedup != "":
@@ -37,7 +47,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 			}
 			got, err := job.DecodeCheckpoint(mb)
 			if mb[0] != want || err != nil || got.Partitions != more.Partitions || got.Dedup != more.Dedup || got.OutputTopic != more.OutputTopic ||
-				got.Output != more.Output || len(got.Inputs) != len(more.Inputs) {
+				got.Output != more.Output || len(got.Inputs) != len(more.Inputs) || !slices.Equal(got.Marks, more.Marks) || got.MarksSpan != more.MarksSpan {
 				t.Errorf("round trip of %+v: version %d (want %d), got %+v, %v", more, mb[0], want, got, err)
 			}
 		}
@@ -60,6 +70,11 @@ func TestCheckpointRoundTrip(t *testing.T) {
 
 func TestCheckpointRejects(t *testing.T) {
 	good := job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5}.AppendEncode(nil)
+	// The version 5 cases below each break one thing of this one.
+	v5 := []byte{5, 0, 0, 4, 0, 1, 'o', 100, 1, 3, 5}
+	if c, err := job.DecodeCheckpoint(v5); err != nil || c.OutputTopic != "o" || c.MarksSpan != 100 || !slices.Equal(c.Marks, []job.GenMark{{Gen: 3, Offset: 5}}) {
+		t.Fatalf("decode %v: %+v, %v", v5, c, err)
+	}
 	for name, b := range map[string][]byte{
 		"unknown version":  append([]byte{2}, good[1:]...),
 		"trailing bytes":   append(bytes.Clone(good), 0),
@@ -72,6 +87,24 @@ func TestCheckpointRejects(t *testing.T) {
 		"v4 empty output":  {4, 0, 0, 4, 0, 0},
 		"v4 output cut":    {4, 0, 0, 4, 0, 3, 'o', 'u'},
 		"v4 output long":   append([]byte{4, 0, 0, 4, 0, 0xfa, 0x01}, bytes.Repeat([]byte{'o'}, 250)...),
+		"version 0":        append([]byte{0}, good[1:]...),
+		"version 6":        append([]byte{6}, good[1:]...),
+		// Version 5: inputs 0, output 0, partitions 4, dedup "", output
+		// "o", then span, count and the marks.
+		"v5 without marks":        {5, 0, 0, 4, 0, 1, 'o'},
+		"v5 span 0":               {5, 0, 0, 4, 0, 1, 'o', 0, 1, 3, 5},
+		"v5 no marks":             {5, 0, 0, 4, 0, 1, 'o', 100, 0},
+		"v5 marks cut":            {5, 0, 0, 4, 0, 1, 'o', 100, 2, 3, 5},
+		"v5 mark offset cut":      {5, 0, 0, 4, 0, 1, 'o', 100, 1, 3},
+		"v5 too many marks":       {5, 0, 0, 4, 0, 1, 'o', 100, 0x81, 0x08, 3, 5},
+		"v5 generation repeated":  {5, 0, 0, 4, 0, 1, 'o', 100, 2, 3, 5, 3, 6},
+		"v5 generation backwards": {5, 0, 0, 4, 0, 1, 'o', 100, 2, 4, 5, 3, 6},
+		"v5 offset backwards":     {5, 0, 0, 4, 0, 1, 'o', 100, 2, 3, 5, 4, 4},
+		"v5 overlong span":        {5, 0, 0, 4, 0, 1, 'o', 0xe4, 0x00, 1, 3, 5},
+		"v5 overlong generation":  {5, 0, 0, 4, 0, 1, 'o', 100, 1, 0x83, 0x00, 5},
+		"v5 overlong offset":      {5, 0, 0, 4, 0, 1, 'o', 100, 1, 3, 0x85, 0x00},
+		"v5 offset past int64":    {5, 0, 0, 4, 0, 1, 'o', 100, 1, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
+		"v5 trailing bytes":       {5, 0, 0, 4, 0, 1, 'o', 100, 1, 3, 5, 0},
 	} {
 		if _, err := job.DecodeCheckpoint(b); err == nil || !strings.HasPrefix(err.Error(), "job: corrupt checkpoint") {
 			t.Errorf("%s: want a corrupt checkpoint error, got %v", name, err)
@@ -84,6 +117,8 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	f.Add(job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5}.AppendEncode(nil))
 	f.Add(job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5, Partitions: 4, Dedup: "key=key mode=first span=6h0m0s"}.AppendEncode(nil))
 	f.Add(job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5, Partitions: 4, OutputTopic: "orders-dedup"}.AppendEncode(nil))
+	f.Add(job.Checkpoint{Inputs: []job.InputOffset{{Topic: "orders", Partition: 2, Offset: 9}}, Output: 5, Partitions: 4, OutputTopic: "orders-dedup",
+		Marks: []job.GenMark{{Gen: 7, Offset: 0}, {Gen: 9, Offset: 4}}, MarksSpan: 900_000}.AppendEncode(nil))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := job.DecodeCheckpoint(b)
 		if err != nil || len(b) == 0 {

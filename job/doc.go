@@ -126,10 +126,12 @@
 //     raw topic, with their metadata: the output's end and the generation
 //     marks, where in the output the stage clock entered each live
 //     generation (marks.go).
-//  3. The store's checkpoint: the next output offset it has seen; for a
-//     new store, the first output record of the window (the earlier of the
-//     oldest live generation's mark and the first record stamped inside
-//     the window).
+//  3. The store's checkpoint: the next output offset it has seen, and a
+//     copy of the marks, taken when the offsets carry none (reset with the
+//     Kafka tooling, expired) and written back with the next commit
+//     (marks.go, storeMarks); for a new store, the first output record of
+//     the window (the earlier of the oldest live generation's mark and the
+//     first record stamped inside the window).
 //  4. If that is below the output partition's last stable offset, the
 //     committed output from there on is read back read_committed and its
 //     keys are put into the store, batch by batch, each batch with its
@@ -149,9 +151,14 @@
 // # Checkpoint
 //
 // The checkpoint a stage commits is versioned binary (see Checkpoint): a
-// version byte, the input offsets (topic, partition, next offset) and the
-// next output offset. A store holding a checkpoint of an unknown version is
-// refused, never guessed at.
+// version byte, the input offsets (topic, partition, next offset), the
+// next output offset, the partition count, the dedup settings, the output
+// topic and the generation marks (version 5, only when there are marks).
+// A store holding a checkpoint of an unknown version is refused, never
+// guessed at: a build before version 5 stops on a store written by a
+// later one, so rolling back across it means removing the state
+// directories, which the stages restore from the output
+// (docs/deploy.md).
 //
 // # Failure handling
 //

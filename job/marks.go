@@ -9,7 +9,9 @@ import (
 // Generation marks: where in the output the stage clock entered each live
 // generation. The committed input offsets carry them in their metadata
 // (offsetMeta), in the transaction that carries the output, so the output
-// and its marks are committed together.
+// and its marks are committed together; the store's checkpoint keeps a
+// copy (Checkpoint.Marks), which a recovery takes when the offsets carry
+// none (storeMarks).
 //
 // Why: on record time the stage clock is the largest timestamp of the
 // records decided so far, those dead-lettered and those dropped as repeats
@@ -41,25 +43,35 @@ import (
 // (TestRestoreWindow, "restored 4000 output records, want the 3000 inside
 // the window"). Marks of generations no longer live are dropped: at most
 // Generations + 1 remain.
+//
+// The copy in the store's checkpoint is for offsets committed without
+// metadata: reset with the Kafka tooling to replay the input
+// (docs/scaling.md), or lost with the group's offsets
+// (offsets.retention.minutes). Without it the marks were gone from then
+// on: a replay run that emits nothing has no marks of its own to commit,
+// and a store rebuilt later (a disk lost) restored by the output's
+// timestamps alone and left a late key out (TestOffsetResetLateRecords).
+// With it the recovery takes the store's marks and the next commit writes
+// them back with the offsets.
 
-// genMark says that the output records from offset off on were emitted
-// with the stage clock in generation gen or later.
-type genMark struct {
-	gen uint64
-	off int64
+// GenMark says that the output records from offset Offset on were emitted
+// with the stage clock in generation Gen or later.
+type GenMark struct {
+	Gen    uint64
+	Offset int64
 }
 
 // genMarks are the marks of the live generations, oldest first: both
 // generations and offsets increase.
-type genMarks []genMark
+type genMarks []GenMark
 
 // note returns m with a mark of gen at off added if gen is newer than the
 // last mark's generation (m is not modified).
 func (m genMarks) note(gen uint64, off int64) genMarks {
-	if n := len(m); n > 0 && gen <= m[n-1].gen {
+	if n := len(m); n > 0 && gen <= m[n-1].Gen {
 		return m
 	}
-	return append(m[:len(m):len(m)], genMark{gen, off})
+	return append(m[:len(m):len(m)], GenMark{gen, off})
 }
 
 // live returns the marks of generations oldest and newer: every mark
@@ -67,7 +79,7 @@ func (m genMarks) note(gen uint64, off int64) genMarks {
 // expired. (m shares its array with the result.)
 func (m genMarks) live(oldest uint64) genMarks {
 	for i, k := range m {
-		if k.gen >= oldest {
+		if k.Gen >= oldest {
 			return m[i:]
 		}
 	}
@@ -79,8 +91,8 @@ func (m genMarks) live(oldest uint64) genMarks {
 // when off is before every mark.
 func (m genMarks) genAt(off int64) (uint64, bool) {
 	for i := len(m) - 1; i >= 0; i-- {
-		if m[i].off <= off {
-			return m[i].gen, true
+		if m[i].Offset <= off {
+			return m[i].Gen, true
 		}
 	}
 	return 0, false
@@ -104,12 +116,46 @@ func (m genMarks) inSpan(fromMs, toMs int64) genMarks {
 	}
 	var out genMarks
 	for _, k := range m {
-		if fromMs <= 0 || toMs <= 0 || k.gen > uint64(math.MaxInt64/fromMs) {
+		if fromMs <= 0 || toMs <= 0 || k.Gen > uint64(math.MaxInt64/fromMs) {
 			return nil
 		}
-		out = out.note(uint64(int64(k.gen)*fromMs/toMs), k.off)
+		out = out.note(uint64(int64(k.Gen)*fromMs/toMs), k.Offset)
 	}
 	return out
+}
+
+// storeMarks returns the marks a store's checkpoint ck keeps, in
+// generations spanMs long, for a recovery whose committed offsets carry
+// none, and the output offset up to which they are known
+// (runner.marksEnd; math.MaxInt64 with no marks).
+//
+// They are trusted as far as the keys beside them, which the stage uses
+// as they stand: only a checkpoint of this output topic counts (a store of
+// another is refused before, stateowner.go; one that names none holds no
+// marks), the refusal of a store ahead of the output keeps them from
+// naming offsets of another log, and only the marks of the output the
+// store had seen are taken, those before its output offset: records after
+// it (a crash between the transaction's commit and the store's; a
+// checkpoint written during a restore carries committed marks of output
+// it had not read yet) were emitted in generations the store cannot vouch
+// for, so the restore reads them by their timestamps, as without marks,
+// and notes marks for them from the same times (tailMarks), so that the
+// marks written back claim nothing more for them than that. Marks of
+// another span are read in the span in force (inSpan), as the offsets'
+// are; those of expired generations go with the next commit (cycleMarks).
+func storeMarks(ck Checkpoint, output string, spanMs int64) (genMarks, int64) {
+	if ck.OutputTopic != output {
+		return nil, math.MaxInt64
+	}
+	m := genMarks(ck.Marks)
+	n := 0
+	for n < len(m) && m[n].Offset < ck.Output {
+		n++
+	}
+	if m = m[:n].inSpan(ck.MarksSpan, spanMs); len(m) == 0 {
+		return nil, math.MaxInt64
+	}
+	return m, ck.Output
 }
 
 // marksField is the metadata field holding the marks with the generation
@@ -125,7 +171,7 @@ func (m genMarks) fieldLen(spanMs int64) int {
 	}
 	n := 1 + len(marksField) + len(strconv.FormatInt(spanMs, 10)) + 1 + len(m) - 1
 	for _, k := range m {
-		n += len(strconv.FormatUint(k.gen, 10)) + 1 + len(strconv.FormatInt(k.off, 10))
+		n += len(strconv.FormatUint(k.Gen, 10)) + 1 + len(strconv.FormatInt(k.Offset, 10))
 	}
 	return n
 }
@@ -143,9 +189,9 @@ func (m genMarks) appendField(s string, spanMs int64) string {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = strconv.AppendUint(b, k.gen, 10)
+		b = strconv.AppendUint(b, k.Gen, 10)
 		b = append(b, '@')
-		b = strconv.AppendInt(b, k.off, 10)
+		b = strconv.AppendInt(b, k.Offset, 10)
 	}
 	return string(b)
 }
@@ -168,10 +214,10 @@ func parseMarks(v string) (genMarks, int64) {
 		if !ok || err1 != nil || err2 != nil || off < 0 {
 			return nil, 0
 		}
-		if n := len(m); n > 0 && (gen <= m[n-1].gen || off < m[n-1].off) {
+		if n := len(m); n > 0 && (gen <= m[n-1].Gen || off < m[n-1].Offset) {
 			return nil, 0
 		}
-		m = append(m, genMark{gen, off})
+		m = append(m, GenMark{gen, off})
 	}
 	return m, span
 }

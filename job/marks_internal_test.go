@@ -5,6 +5,10 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/pipeline"
 )
 
 // TestGenMarks: a cycle ending in a newer generation adds a mark, one in
@@ -48,7 +52,7 @@ func TestGenMarks(t *testing.T) {
 
 	var big genMarks
 	for i := range uint64(65) {
-		big = append(big, genMark{math.MaxUint64 - 64 + i, math.MaxInt64 - 64 + int64(i)})
+		big = append(big, GenMark{math.MaxUint64 - 64 + i, math.MaxInt64 - 64 + int64(i)})
 	}
 	topic := strings.Repeat("t", 249)
 	meta := offsetMeta(math.MaxInt32, topic, math.MaxInt64, big, math.MaxInt64)
@@ -57,7 +61,7 @@ func TestGenMarks(t *testing.T) {
 	}
 	var huge genMarks
 	for i := range int64(200) {
-		huge = append(huge, genMark{math.MaxUint64 - 199 + uint64(i), math.MaxInt64 - 199 + i})
+		huge = append(huge, GenMark{math.MaxUint64 - 199 + uint64(i), math.MaxInt64 - 199 + i})
 	}
 	meta = offsetMeta(4, topic, 1, huge, math.MaxInt64)
 	got := parseOffsetMeta(meta).marks
@@ -90,9 +94,68 @@ func TestGenMarksInSpan(t *testing.T) {
 		// Every mark stays a lower bound: its new generation starts at or
 		// before its old one.
 		for i, k := range m.inSpan(tc.from, tc.to) {
-			if g, ok := m.genAt(k.off); !ok || int64(k.gen)*tc.to > int64(g)*tc.from {
+			if g, ok := m.genAt(k.Offset); !ok || int64(k.Gen)*tc.to > int64(g)*tc.from {
 				t.Errorf("%s: mark %d (%v) starts after the old mark at its offset", tc.name, i, k)
 			}
 		}
+	}
+}
+
+// TestStoreMarks: a recovery whose offsets carry no marks takes the
+// store's only from a checkpoint of the job's output topic, only those of
+// the output before its output offset (known up to it), and in the span
+// in force; otherwise none, known nowhere.
+func TestStoreMarks(t *testing.T) {
+	ck := Checkpoint{Output: 200, OutputTopic: "o", Marks: []GenMark{{10, 0}, {12, 90}, {15, 200}, {16, 250}}, MarksSpan: 900}
+	other, unknown, empty, first := ck, ck, ck, ck
+	other.OutputTopic, unknown.OutputTopic, empty.Marks, first.Output = "p", "", nil, 0
+	for _, tc := range []struct {
+		name   string
+		ck     Checkpoint
+		spanMs int64
+		want   genMarks
+		end    int64
+	}{
+		{"this output", ck, 900, genMarks{{10, 0}, {12, 90}}, 200},
+		{"span doubled", ck, 1800, genMarks{{5, 0}, {6, 90}}, 200},
+		{"another output", other, 900, nil, math.MaxInt64},
+		{"output unknown", unknown, 900, nil, math.MaxInt64},
+		{"no marks", empty, 900, nil, math.MaxInt64},
+		{"none before the output offset", first, 900, nil, math.MaxInt64},
+	} {
+		if got, end := storeMarks(tc.ck, "o", tc.spanMs); !reflect.DeepEqual(got, tc.want) || end != tc.end {
+			t.Errorf("%s: storeMarks = %v, %d; want %v, %d", tc.name, got, end, tc.want, tc.end)
+		}
+	}
+}
+
+// TestTailMarks: past the marks known, a restore notes a mark for each
+// record whose time on the stage clock is in a newer generation than the
+// newest mark's (a record stamped past max_future_skew counts as the wall
+// clock, as the stage counts it), and none before its first offset.
+func TestTailMarks(t *testing.T) {
+	pc := pipeline.Config{Window: time.Hour, Generations: 4, MaxFutureSkew: time.Minute}
+	pc.ApplyDefaults()
+	wall := time.UnixMilli(100 * 900_000)
+	at := func(gen int64) time.Time { return time.UnixMilli(gen*900_000 + 1) }
+	tm := &tailMarks{pc: &pc, clock: func() time.Time { return wall }, spanMs: pc.SpanMs(), from: 5, gen: 10}
+	b := &fetch.Batch{Records: []fetch.Record{
+		{Offset: 3, Timestamp: at(20)}, // before the tail: the store's marks say
+		{Offset: 5, Timestamp: at(10)},
+		{Offset: 6, Timestamp: at(12)},
+		{Offset: 7, Timestamp: at(11)}, // late: the clock stays in 12
+		{Offset: 8, Timestamp: at(13)},
+		{Offset: 9, Timestamp: at(500)}, // stamped ahead: counts as the wall clock
+	}, NextOffset: 10}
+	want := []GenMark{{12, 6}, {13, 8}, {100, 9}}
+	if got := tm.note(nil, b); !reflect.DeepEqual(got, want) {
+		t.Errorf("marks %v, want %v", got, want)
+	}
+	if got := tm.note(nil, &fetch.Batch{Records: []fetch.Record{{Offset: 10, Timestamp: at(99)}}, NextOffset: 11}); got != nil {
+		t.Errorf("marks %v after the clock reached generation 100, want none", got)
+	}
+	none := &tailMarks{pc: &pc, clock: tm.clock, spanMs: pc.SpanMs(), from: math.MaxInt64}
+	if got := none.note(nil, b); got != nil {
+		t.Errorf("marks %v with the marks known for the whole output, want none", got)
 	}
 }

@@ -23,9 +23,10 @@ const restoreFetchAhead = 2
 // keyedBatch is one batch of output records, keyed, on its way from the
 // restore's reader to the stage.
 type keyedBatch struct {
-	keys pipeline.Restored
-	next int64 // the output offset after the batch
-	n    int   // records
+	keys  pipeline.Restored
+	next  int64     // the output offset after the batch
+	n     int       // records
+	marks []GenMark // noted for the batch's records past the marks known (tailMarks)
 }
 
 // restoreOutput reads the committed output from offset from to the last
@@ -59,6 +60,7 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 	full := make(chan *keyedBatch, restoreAhead)
 	readErr := make(chan error, 1)
 	emitted := r.emitted
+	tail := r.tailMarks()
 	go pprof.Do(ctx, pprof.Labels("piece", "key"), func(ctx context.Context) {
 		defer close(full)
 		keyer := newSplitKeyer(ctx, r.stage, emitted)
@@ -72,6 +74,7 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 			}
 			keyer.keyBatch(b, &kb.keys)
 			kb.next, kb.n = b.NextOffset, len(b.Records)
+			kb.marks = tail.note(kb.marks[:0], b)
 			select {
 			case full <- kb:
 				return nil
@@ -90,6 +93,9 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 	// its next batch and closes full.
 	for kb := range full {
 		if applyErr == nil {
+			for _, k := range kb.marks {
+				r.marks = r.marks.note(k.Gen, k.Offset)
+			}
 			// The batch was emitted with the clock in its newest mark's
 			// generation or later (marks.go): its keys are filed there
 			// at least, whatever their timestamps say.
@@ -138,6 +144,61 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 	// runs took longer than the read).
 	r.met.restoreDurable()
 	return restored, nil
+}
+
+// tailMarks notes generation marks for the output past the marks a
+// recovery knows (runner.marksEnd: the marks came from the store's
+// checkpoint, which vouches only for the output it had seen; storeMarks).
+// The restore files those records by their times on the stage clock, as
+// without marks; the marks it notes say the same and no more: a mark for
+// the first record whose time is in a newer generation than the newest
+// mark's. Each is true as the marks require (the clock that emitted a
+// record had reached its time, and it never goes back) and no record
+// after it is counted later than its own time says (emitTimes), so a
+// store rebuilt later from the marks written back (cycleMarks) files
+// these records as this restore did. Without them, the marks written back
+// would claim that these records were emitted in the generation of the
+// store's newest mark, and a store rebuilt later would count a record
+// stamped in a newer generation at that generation's end: its key would
+// expire early and its replay pass.
+type tailMarks struct {
+	pc     *pipeline.Config
+	clock  func() time.Time
+	spanMs int64
+	from   int64  // the first offset noted for; math.MaxInt64: none
+	gen    uint64 // the newest mark's generation
+}
+
+// tailMarks returns the restore's noter of marks (which notes none when
+// the marks are known for the whole output).
+func (r *runner) tailMarks() *tailMarks {
+	t := &tailMarks{pc: &r.j.pc, clock: r.j.opts.Clock, spanMs: r.j.pc.SpanMs(), from: r.marksEnd}
+	if n := len(r.marks); n > 0 {
+		t.gen = r.marks[n-1].Gen
+	} else {
+		t.from = math.MaxInt64 // no marks to continue: the first cycle starts them
+	}
+	return t
+}
+
+// note appends to dst the marks of the records of b at or past t.from.
+func (t *tailMarks) note(dst []GenMark, b *fetch.Batch) []GenMark {
+	if t.from == math.MaxInt64 || b.NextOffset <= t.from {
+		return dst
+	}
+	wall := t.clock().UnixMilli() // as Stage.RestoreKeyed reads it
+	for i := range b.Records {
+		fr := &b.Records[i]
+		ms := t.pc.ClockTime(fr.Timestamp.UnixMilli(), wall)
+		if fr.Offset < t.from || ms < 0 {
+			continue
+		}
+		if g := uint64(ms / t.spanMs); g > t.gen {
+			dst = append(dst, GenMark{Gen: g, Offset: fr.Offset})
+			t.gen = g
+		}
+	}
+	return dst
 }
 
 // splitKeyMin is the smallest batch splitKeyer hands half of to its

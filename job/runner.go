@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"time"
 
@@ -82,6 +83,11 @@ type runner struct {
 	marks   genMarks
 	pending []pendingMark
 	markGen uint64
+	// marksEnd is where the marks stop being known: the committed ones
+	// cover the whole committed output (math.MaxInt64), a store's
+	// checkpoint's only the output it had seen (storeMarks); a restore
+	// notes marks for the output past it (restore.go, tailMarks).
+	marksEnd int64
 	// emitted bounds the times of the next restore's records (restore.go):
 	// nil without marks.
 	emitted *emitTimes
@@ -299,10 +305,14 @@ func (r *runner) connect() error {
 }
 
 // checkpoint encodes the state a stage commits: the raw partitions'
-// positions in, as Job.topics (sentinels are left out), and the output
-// position out.
+// positions in, as Job.topics (sentinels are left out), the output
+// position out, and the generation marks.
 func (r *runner) checkpoint(in []int64, out int64) []byte {
 	c := Checkpoint{Output: out, Partitions: r.lay.partitions, Dedup: r.j.dedup, OutputTopic: r.j.cfg.Output.Topic}
+	if len(r.marks) > 0 {
+		// A copy of the marks committed with the offsets (marks.go).
+		c.Marks, c.MarksSpan = r.marks, r.j.pc.SpanMs()
+	}
 	for i, off := range in {
 		if off >= 0 {
 			c.Inputs = append(c.Inputs, InputOffset{Topic: r.j.topics[i], Partition: int32(r.p), Offset: off})
@@ -334,7 +344,7 @@ func (r *runner) recover(ctx context.Context) error {
 	// the same), in the generation span in force; none from an older
 	// build, after a migration, or on processing time. The restore bounds
 	// the records' times by them as written (restore.go, emitTimes).
-	r.marks, r.emitted = nil, nil
+	r.marks, r.emitted, r.marksEnd = nil, nil, math.MaxInt64
 	for _, m := range meta {
 		if om := parseOffsetMeta(m); om.marks != nil && r.j.pc.TimeBase == pipeline.RecordTime {
 			r.marks = om.marks.inSpan(om.marksSpan, r.j.pc.SpanMs())
@@ -349,6 +359,13 @@ func (r *runner) recover(ctx context.Context) error {
 	}
 	if err := r.checkStatePartitions(ck); err != nil {
 		return err
+	}
+	if r.marks == nil && r.j.pc.TimeBase == pipeline.RecordTime {
+		// Offsets committed without marks (reset with the Kafka tooling,
+		// expired): the store's copy, which the next commit writes back
+		// with the offsets, so that a store rebuilt later finds them
+		// there (marks.go, storeMarks).
+		r.marks, r.marksEnd = storeMarks(ck, r.j.cfg.Output.Topic, r.j.pc.SpanMs())
 	}
 	offs, err := r.out.ListOffsets(ctx)
 	if err != nil {
@@ -367,8 +384,8 @@ func (r *runner) recover(ctx context.Context) error {
 		// inside the window: a late record emitted after a record that
 		// is not in the output moved the clock (marks.go).
 		if n := len(r.marks); n > 0 {
-			if live := r.marks.live(r.j.pc.OldestLive(r.marks[n-1].gen)); len(live) > 0 && live[0].off < from {
-				from = live[0].off
+			if live := r.marks.live(r.j.pc.OldestLive(r.marks[n-1].Gen)); len(live) > 0 && live[0].Offset < from {
+				from = live[0].Offset
 			}
 		}
 	}
@@ -467,7 +484,7 @@ func (r *runner) begin() error {
 	r.begun, r.produced = time.Now(), 0
 	r.pending, r.markGen = r.pending[:0], 0
 	if n := len(r.marks); n > 0 {
-		r.markGen = r.marks[n-1].gen
+		r.markGen = r.marks[n-1].Gen
 	}
 	r.in.phase(r.begun.Add(r.j.cfg.Commit.Interval))
 	r.pos = r.positions(r.pos)

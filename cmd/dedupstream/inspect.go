@@ -222,6 +222,14 @@ func (in *inspector) stageStats(w io.Writer, sd stageDir) (uint64, error) {
 		if ck.Partitions > 0 || ck.Dedup != "" {
 			fmt.Fprintf(w, "  written under: %d partitions; dedup %s\n", ck.Partitions, cmp.Or(ck.Dedup, "settings not recorded"))
 		}
+		if len(ck.Marks) > 0 {
+			marks := make([]string, len(ck.Marks))
+			for i, k := range ck.Marks {
+				marks[i] = fmt.Sprintf("%d@%d", k.Gen, k.Offset)
+			}
+			fmt.Fprintf(w, "  generation marks (generation@output offset, generations of %v): %s\n",
+				time.Duration(ck.MarksSpan)*time.Millisecond, strings.Join(marks, " "))
+		}
 	}
 	gens, err := st.Generations()
 	if err != nil {

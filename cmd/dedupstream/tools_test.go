@@ -254,7 +254,8 @@ commit: {interval: 30ms}
 		}
 	}
 	if !strings.Contains(out, fmt.Sprintf("total: %d keys in 4 partitions", len(w.First))) ||
-		!strings.Contains(out, "bloom: snapshot of 5 generations") || !strings.Contains(out, "checkpoint: next output offset") {
+		!strings.Contains(out, "bloom: snapshot of 5 generations") || !strings.Contains(out, "checkpoint: next output offset") ||
+		!strings.Contains(out, "generation marks (generation@output offset, generations of ") {
 		t.Errorf("inspect output:\n%s", out)
 	}
 	p5 := partition.Murmur2Partition([]byte("o-5"), parts)
