@@ -132,7 +132,8 @@ func TestStoreMarks(t *testing.T) {
 // TestTailMarks: past the marks known, a restore notes a mark for each
 // record whose time on the stage clock is in a newer generation than the
 // newest mark's (a record stamped past max_future_skew counts as the wall
-// clock, as the stage counts it), and none before its first offset.
+// clock, as the stage counts it), and none before its first offset nor
+// for a record without a business key (the restore leaves it out).
 func TestTailMarks(t *testing.T) {
 	pc := pipeline.Config{Window: time.Hour, Generations: 4, MaxFutureSkew: time.Minute}
 	pc.ApplyDefaults()
@@ -144,18 +145,20 @@ func TestTailMarks(t *testing.T) {
 		{Offset: 5, Timestamp: at(10)},
 		{Offset: 6, Timestamp: at(12)},
 		{Offset: 7, Timestamp: at(11)}, // late: the clock stays in 12
-		{Offset: 8, Timestamp: at(13)},
-		{Offset: 9, Timestamp: at(500)}, // stamped ahead: counts as the wall clock
-	}, NextOffset: 10}
-	want := []GenMark{{12, 6}, {13, 8}, {100, 9}}
-	if got := tm.note(nil, b); !reflect.DeepEqual(got, want) {
+		{Offset: 8, Timestamp: at(14)}, // no business key
+		{Offset: 9, Timestamp: at(13)},
+		{Offset: 10, Timestamp: at(500)}, // stamped ahead: counts as the wall clock
+	}, NextOffset: 11}
+	all := func(int) bool { return true }
+	want := []GenMark{{12, 6}, {13, 9}, {100, 10}}
+	if got := tm.note(nil, b, func(i int) bool { return b.Records[i].Offset != 8 }); !reflect.DeepEqual(got, want) {
 		t.Errorf("marks %v, want %v", got, want)
 	}
-	if got := tm.note(nil, &fetch.Batch{Records: []fetch.Record{{Offset: 10, Timestamp: at(99)}}, NextOffset: 11}); got != nil {
+	if got := tm.note(nil, &fetch.Batch{Records: []fetch.Record{{Offset: 11, Timestamp: at(99)}}, NextOffset: 12}, all); got != nil {
 		t.Errorf("marks %v after the clock reached generation 100, want none", got)
 	}
 	none := &tailMarks{pc: &pc, clock: tm.clock, spanMs: pc.SpanMs(), from: math.MaxInt64}
-	if got := none.note(nil, b); got != nil {
+	if got := none.note(nil, b, all); got != nil {
 		t.Errorf("marks %v with the marks known for the whole output, want none", got)
 	}
 }

@@ -74,7 +74,7 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 			}
 			keyer.keyBatch(b, &kb.keys)
 			kb.next, kb.n = b.NextOffset, len(b.Records)
-			kb.marks = tail.note(kb.marks[:0], b)
+			kb.marks = tail.note(kb.marks[:0], b, kb.keys.Keyed)
 			select {
 			case full <- kb:
 				return nil
@@ -152,11 +152,13 @@ func (r *runner) restoreOutput(ctx context.Context, from, to int64, resume []int
 // The restore files those records by their times on the stage clock, as
 // without marks; the marks it notes say the same and no more: a mark for
 // the first record whose time is in a newer generation than the newest
-// mark's. Each is true as the marks require (the clock that emitted a
-// record had reached its time, and it never goes back) and no record
-// after it is counted later than its own time says (emitTimes), so a
-// store rebuilt later from the marks written back (cycleMarks) files
-// these records as this restore did. Without them, the marks written back
+// mark's, among the records the restore files (those without a business
+// key move no clock). Each is true as the marks require (the clock that
+// emitted a record had reached its time, and it never goes back; the
+// stage emits on from the clock this restore leaves) and no record after
+// it is counted later than its own time says (emitTimes), so a store
+// rebuilt later from the marks written back (cycleMarks) files these
+// records as this restore did. Without them, the marks written back
 // would claim that these records were emitted in the generation of the
 // store's newest mark, and a store rebuilt later would count a record
 // stamped in a newer generation at that generation's end: its key would
@@ -181,8 +183,9 @@ func (r *runner) tailMarks() *tailMarks {
 	return t
 }
 
-// note appends to dst the marks of the records of b at or past t.from.
-func (t *tailMarks) note(dst []GenMark, b *fetch.Batch) []GenMark {
+// note appends to dst the marks of the records of b at or past t.from;
+// keyed says which records the restore files (pipeline.Restored.Keyed).
+func (t *tailMarks) note(dst []GenMark, b *fetch.Batch, keyed func(i int) bool) []GenMark {
 	if t.from == math.MaxInt64 || b.NextOffset <= t.from {
 		return dst
 	}
@@ -190,7 +193,7 @@ func (t *tailMarks) note(dst []GenMark, b *fetch.Batch) []GenMark {
 	for i := range b.Records {
 		fr := &b.Records[i]
 		ms := t.pc.ClockTime(fr.Timestamp.UnixMilli(), wall)
-		if fr.Offset < t.from || ms < 0 {
+		if fr.Offset < t.from || ms < 0 || !keyed(i) {
 			continue
 		}
 		if g := uint64(ms / t.spanMs); g > t.gen {

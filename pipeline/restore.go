@@ -36,6 +36,10 @@ func (b *Restored) Len() int { return len(b.hs) }
 // Unkeyed returns how many records of b had no business key.
 func (b *Restored) Unkeyed() int { return int(b.nUnkeyed.Load()) }
 
+// Keyed reports whether record i of b had a business key: RestoreKeyed
+// leaves the others out, and their times do not move the stage clock.
+func (b *Restored) Keyed(i int) bool { return !b.unkeyed[i] }
+
 // dropUnkeyed removes the records marked unkeyed; Unkeyed still counts
 // them.
 func (b *Restored) dropUnkeyed() {
