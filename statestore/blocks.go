@@ -32,15 +32,14 @@ import (
 // (cgo calloc), inserted it into the cache and evicted another, after
 // walking the merging, level and two-level index iterators, whose index
 // blocks competed for the same cache. Here a read is one binary search
-// over fences in memory, one pread of a block (runBlockSize) into a buffer the
+// over fences in memory, one pread of a 4 KiB block into a buffer the
 // Reader keeps, its checksum and a seek in the decoded block.
 //
 // runBlocks holds, for each sstable file of a run, in key order, one fence
 // per data block (the top 32 bits of the hash named by the block's index
 // separator, which is >= every key of the block and < every key of the
-// next) and the block's offset: 8 bytes per block of about 128 keys, 0.067
-// bytes per key (0.033 in the 4 KiB blocks before session 15), reserved in
-// the block cache like the run's filter. The
+// next) and the block's offset: 8 bytes per block of about 240 keys, 0.033
+// bytes per key, reserved in the block cache like the run's filter. The
 // fences are read from the file's index blocks when the run is written
 // (before Pebble ingests it) or when the store opens (Store.loadBlocks).
 //
@@ -69,7 +68,7 @@ type blockFile struct {
 
 // maxOwnBlock is the largest block (with its trailer) a Reader reads
 // itself; a larger one (a block holding a filter chunk) is read through
-// Pebble. Run data blocks are about runBlockSize.
+// Pebble. Run data blocks are 4 KiB.
 const maxOwnBlock = 64 << 10
 
 // openRunBlocks opens the files of run (gen, id), in key order, and reads
@@ -340,7 +339,7 @@ func (s *Store) lookupBlocks(br *blockRead, rb *runBlocks, key []byte, h partiti
 // run, so a block's position is about proportional to its fence: the
 // search starts where x falls between the first fence and the last one
 // below the run's end, then gallops to bracket the answer and bisects the
-// bracket. A file's fences (4 bytes per block) are cold in the
+// bracket. A file's fences (4 bytes per 4 KiB block) are cold in the
 // caches at 100M keys, and a plain bisection of them cost a cache miss per
 // step until its range fit a line; from the guess the answer is a few
 // blocks away, in the guess's cache line or the next (the sweep's 100M

@@ -330,14 +330,13 @@ func (b *Budget) Close() {
 }
 
 // runIndexRatio is a run's bytes per byte of its index blocks, rounded
-// down from the measured 90 (packs of 64 hashes in blocks of
-// runBlockSize: a block of ~128 keys has one index entry of a shortened
-// separator and a handle, ~26 bytes, in partitions of 4 KiB under a
-// top-level index; TestRunIndexEstimate checks it against Pebble's table
-// properties). It was 160 (measured 178) with 4 KiB blocks until session
-// 15, and 64 until session 8, from layout 2 (a key per hash): the cache
-// was given room for three times the index blocks the runs had.
-const runIndexRatio = 88
+// down from the measured 178 (packs of 64 hashes in 4 KiB blocks: a block
+// of ~230 keys has one index entry of a shortened separator and a handle,
+// ~26 bytes, in partitions of 4 KiB under a top-level index;
+// TestRunIndexEstimate checks it against Pebble's table properties). It
+// was 64 until session 8, from layout 2 (a key per hash): the cache was
+// given room for three times the index blocks the runs had.
+const runIndexRatio = 160
 
 // blockNeed returns the index blocks of rs's runs, which every probe of a
 // run reads from the cache, their bytes (data), and the bytes of the

@@ -143,8 +143,7 @@
 // memory in both; the miss figures of BenchmarkMergePolicy spread 0.95-2.5
 // us within one variant). 16, 64 and 256 ingest alike; 256 read slower
 // in one benchmark (a 4 KiB pack is a block of its own) and 16 KiB blocks
-// slowed confirms, so the default is 64, in Pebble's 4 KiB blocks until
-// session 15 and in blocks of two packs since (runBlockSize). Disk:
+// slowed confirms, so the default is 64 in Pebble's 4 KiB blocks. Disk:
 // 16 bytes per hash plus 1.25 for the filter chunks (the 30M sweep's
 // whole store directory: 20.8 bytes per key in layout 2, 19.8 in packs of
 // 64). A pack of one hash costs more than layout 2 (a 17-byte value per
@@ -451,12 +450,10 @@
 //     the whole budget for blocks the cache held ~4 bytes per key of data
 //     blocks at 100M keys, read about once each.
 //   - No Pebble filters: runs carry the store's own (above), and what
-//     Pebble writes itself is metadata. Run blocks of 2 KiB
-//     (runBlockSize; Pebble's default 4 KiB until session 15): a
-//     confirming read reads one, which holds 2 packs of 64; a 4 KiB block
-//     spans two pages wherever it lies and read 20 % slower, 16 KiB blocks
-//     worse still (BenchmarkMergePolicy "pack64-block16k", see "Why this
-//     layout"), 1 KiB blocks cost a third more to write.
+//     Pebble writes itself is metadata. Blocks of 4 KiB (Pebble's default):
+//     a confirming read reads one, which holds about 4 packs of 64; 16 KiB
+//     blocks measured worse for confirms (BenchmarkMergePolicy
+//     "pack64-block16k", see "Why this layout").
 //   - Run sstables are written through a 256 KiB buffer (runWritable):
 //     Pebble's file writable buffers 4 KiB, one write system call per data
 //     block (10.5 s of the 100M sweep's 232 s of CPU samples). Ingest CPU

@@ -263,7 +263,6 @@ func (o *Options) pebbleOptions(cache *pebble.Cache, fatal *fatalState, rec *rec
 		// own, built from its hashes and kept in memory (filter.go,
 		// packs.go). The metadata keys are a handful.
 		l.FilterPolicy = pebble.NoFilterPolicy
-		l.BlockSize = runBlockSize
 		// Keys are 128-bit hashes: after the shared bucket prefix (which the
 		// columnar block format strips) they are random bytes that no
 		// compressor shrinks. Snappy: 89 MiB vs 87 MiB at 4M keys; it would
@@ -300,18 +299,3 @@ const minPebbleMemTableSize = 64 << 10
 func (o *Options) pebbleMemTableSize() uint64 {
 	return min(max(o.MemTableSize, minPebbleMemTableSize), maxPebbleMemTableSize)
 }
-
-// runBlockSize is the data block size of runs: two packs of 64 hashes (a
-// pack is 1025 bytes and its key). A confirming read preads one block; a
-// block of Pebble's default 4 KiB (about 4 packs) plus its 5-byte trailer
-// spans two pages wherever it lies, and a pread of 4101 bytes at an
-// offset across two pages took 1.55-1.75 us of CPU on this VM against 1.0
-// for 1 KiB within one page. Measured (docs/benchmarks.md, "Sessions
-// 14-15"): BenchmarkMergePolicy confirms 2384 against 2868 ns and misses
-// 763 against 983 ns (medians of 5), ingest 0.233 against 0.226 us/key;
-// 1 KiB blocks confirmed as fast but ingested at 0.30 us/key (a block's
-// fixed cost per pack). In the 100M sweep at 20 % duplicates (0.086 store
-// reads per record) the stage's lookups took 1.20-1.25 s against
-// 1.74-1.85 s per 6M records. The price: twice the fences (8 bytes per
-// block, 0.067 bytes per key) and 3 % more disk.
-const runBlockSize = 2 << 10
