@@ -1,7 +1,6 @@
 package job_test
 
 import (
-	"fmt"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -33,10 +32,7 @@ func TestOffsetResetLateRecords(t *testing.T) {
 	ids := keysOn(0, 2)
 	late, newer := ids[0], ids[1]
 	e := newEnv(t)
-	rec := func(id string, at time.Duration, msg int) *kgo.Record {
-		return &kgo.Record{Topic: e.raw, Partition: 0, Key: []byte(id), Timestamp: T.Add(at),
-			Value: fmt.Appendf(nil, `{"order_id":%q,"msg":%d}`, id, msg)}
-	}
+	rec := orderAt(e.raw, T)
 	cfg := e.config("0, 1, 2, 3")
 	cfg.Dedup.Window = time.Hour
 	e.produce([]*kgo.Record{
@@ -82,10 +78,7 @@ func TestOffsetResetTailLateRecords(t *testing.T) {
 	ids := keysOn(0, 2)
 	warm, tail := ids[0], ids[1]
 	e := newEnv(t)
-	rec := func(id string, at time.Duration, msg int) *kgo.Record {
-		return &kgo.Record{Topic: e.raw, Partition: 0, Key: []byte(id), Timestamp: T.Add(at),
-			Value: fmt.Appendf(nil, `{"order_id":%q,"msg":%d}`, id, msg)}
-	}
+	rec := orderAt(e.raw, T)
 	cfg := e.config("0, 1, 2, 3")
 	cfg.Dedup.Window = time.Hour
 	// The store gets a checkpoint with a mark. A clean stop, so that the

@@ -38,10 +38,7 @@ import (
 func TestRestoreWindowLateRecords(t *testing.T) {
 	T := time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond)
 	ids := keysOn(0, 3)
-	rec := func(id string, at time.Duration, msg int) *kgo.Record {
-		return &kgo.Record{Partition: 0, Key: []byte(id), Timestamp: T.Add(at),
-			Value: fmt.Appendf(nil, `{"order_id":%q,"msg":%d}`, id, msg)}
-	}
+	rec := orderAt("", T)
 	late, newer, early := ids[0], ids[1], ids[2]
 	for _, tc := range []struct {
 		name        string
@@ -94,10 +91,7 @@ func TestRestoreTailLateRecords(t *testing.T) {
 	T := time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond)
 	ids := keysOn(0, 3)
 	e := newEnv(t)
-	rec := func(id string, at time.Duration, msg int) *kgo.Record {
-		return &kgo.Record{Topic: e.raw, Partition: 0, Key: []byte(id), Timestamp: T.Add(at),
-			Value: fmt.Appendf(nil, `{"order_id":%q,"msg":%d}`, id, msg)}
-	}
+	rec := orderAt(e.raw, T)
 	late, newer, warm := ids[0], ids[1], ids[2]
 	cfg := e.config("0, 1, 2, 3")
 	cfg.Dedup.Window = time.Hour
@@ -135,6 +129,16 @@ func TestRestoreTailLateRecords(t *testing.T) {
 	}
 	if n := e.outputOf(late, T); n != 1 {
 		t.Errorf("key %q is %d times in the output, want once: emitted at clock T+60m, its replay 41m later on the stage clock", late, n)
+	}
+}
+
+// orderAt returns a maker of the late-record tests' records: an order of
+// key id on partition 0 of topic (empty: set by the caller), stamped T+at,
+// whose value carries msg.
+func orderAt(topic string, T time.Time) func(id string, at time.Duration, msg int) *kgo.Record {
+	return func(id string, at time.Duration, msg int) *kgo.Record {
+		return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(id), Timestamp: T.Add(at),
+			Value: fmt.Appendf(nil, `{"order_id":%q,"msg":%d}`, id, msg)}
 	}
 }
 

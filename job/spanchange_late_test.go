@@ -1,7 +1,6 @@
 package job_test
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -39,10 +38,7 @@ func TestSpanChangeLateRecords(t *testing.T) {
 	T := time.Now().Add(-6 * time.Hour).Truncate(time.Millisecond)
 	ids := keysOn(0, 3)
 	late, newer, early := ids[0], ids[1], ids[2]
-	rec := func(id string, at time.Duration, msg int) *kgo.Record {
-		return &kgo.Record{Partition: 0, Key: []byte(id), Timestamp: T.Add(at),
-			Value: fmt.Appendf(nil, `{"order_id":%q,"msg":%d}`, id, msg)}
-	}
+	rec := orderAt("", T)
 	poison := &kgo.Record{Partition: 0, Key: []byte("p"), Value: []byte("not json"), Timestamp: T.Add(60 * time.Minute)}
 	for _, tc := range []struct {
 		name      string
