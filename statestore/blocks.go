@@ -412,16 +412,9 @@ func (s *Store) seekBlock(br *blockRead, bf *blockFile, i int, key []byte, h par
 	if _, err := bf.f.ReadAt(data, int64(off)); err != nil {
 		return 0, false, false, false, err
 	}
-	bh := block.Handle{Offset: uint64(off), Length: uint64(n - block.TrailerLen)}
-	if err := block.ValidateChecksum(bf.sum, data, bh); err != nil {
-		return 0, false, false, false, s.fatal.set(fmt.Errorf("data corruption in %s: %w", bf.path, err))
-	}
-	if data[bh.Length] != byte(block.NoCompressionIndicator) {
-		return 0, false, false, false, nil // compressed: Pebble decodes it
-	}
-	row, rows, frow, err := br.seek(s.blockSchema, data[:bh.Length], key)
-	if err != nil {
-		return 0, false, false, false, s.fatal.set(fmt.Errorf("data corruption in %s: block %d: %w", bf.path, off, err))
+	row, rows, frow, ok, err := s.decodeBlock(br, bf, off, data, key)
+	if !ok || err != nil {
+		return 0, false, false, false, err // compressed: Pebble decodes it
 	}
 	if row >= rows {
 		return 0, false, true, true, nil
@@ -443,6 +436,26 @@ func (s *Store) seekBlock(br *blockRead, bf *blockFile, i int, key []byte, h par
 		return 0, false, false, true, nil
 	}
 	return p.version(j), true, false, true, nil
+}
+
+// decodeBlock checks data, the block of bf at offset off with its trailer
+// (8-byte aligned, alignedBytes), against its checksum and decodes it into
+// br (seek: the row of the first key >= key, the block's rows, the row of
+// the run's first filter key). ok is false for a compressed block, which
+// only Pebble decodes. A block that fails its checksum or does not decode
+// makes the store fatal.
+func (s *Store) decodeBlock(br *blockRead, bf *blockFile, off uint32, data, key []byte) (row, rows, frow int, ok bool, err error) {
+	bh := block.Handle{Offset: uint64(off), Length: uint64(len(data) - block.TrailerLen)}
+	if err := block.ValidateChecksum(bf.sum, data, bh); err != nil {
+		return 0, 0, 0, false, s.fatal.set(fmt.Errorf("data corruption in %s: %w", bf.path, err))
+	}
+	if data[bh.Length] != byte(block.NoCompressionIndicator) {
+		return 0, 0, 0, false, nil
+	}
+	if row, rows, frow, err = br.seek(s.blockSchema, data[:bh.Length], key); err != nil {
+		return 0, 0, 0, false, s.fatal.set(fmt.Errorf("data corruption in %s: block %d: %w", bf.path, off, err))
+	}
+	return row, rows, frow, true, nil
 }
 
 // seek decodes data and returns the row of the first key >= key, the

@@ -111,18 +111,14 @@ func (b *blockScan) load() error {
 	n := int(end - off)
 	data := alignedBytes(&b.br.buf, n)
 	copy(data, b.chunk[off-b.at:end-b.at])
-	bh := block.Handle{Offset: uint64(off), Length: uint64(n - block.TrailerLen)}
-	if err := block.ValidateChecksum(bf.sum, data, bh); err != nil {
-		return b.s.fatal.set(fmt.Errorf("data corruption in %s: %w", bf.path, err))
-	}
-	if data[bh.Length] != byte(block.NoCompressionIndicator) {
-		return errScanPebble
-	}
 	// The rows from the first key at or past the run's filter chunks on
 	// are not packs.
-	_, rows, frow, err := b.br.seek(b.s.blockSchema, data[:bh.Length], b.prefix[:])
-	if err != nil {
-		return b.s.fatal.set(fmt.Errorf("data corruption in %s: block %d: %w", bf.path, off, err))
+	_, rows, frow, ok, err := b.s.decodeBlock(&b.br, bf, off, data, b.prefix[:])
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return errScanPebble // compressed
 	}
 	b.row, b.end, b.last = 0, frow, frow < rows
 	b.bi++
