@@ -48,6 +48,10 @@ type EngineCase struct {
 	// and span=harness between them; the store's background goroutines
 	// carry no label (go tool pprof -tags, -tagfocus).
 	TimedProfile string
+	// TimedTrace, when not empty, is where RunStage writes a Go execution
+	// trace of the timed records alone (go tool trace): where the stage
+	// goroutine waits, and for what.
+	TimedTrace string
 }
 
 // settleMax bounds the wait after an engine case's timed records for the
@@ -187,7 +191,7 @@ func RunStage(c EngineCase, p *Progress) (Result, error) {
 		lat   = make([]time.Duration, 0, c.Records/engineBatch+1)
 		done  int
 	)
-	stopProfile := startCPUProfile(c.TimedProfile, p)
+	stopProfile := timedOut{c.TimedProfile, c.TimedTrace}.start(p)
 	span := startSpan()
 	for done < c.Records {
 		in := g.Fill(min(engineBatch, c.Records-done))

@@ -104,7 +104,7 @@ func run(args []string) int {
 	dir := fs.String("dir", "", "parent of state directories (default the system temp dir)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (go tool pprof)")
 	timedProfile := fs.String("timed-cpuprofile", "", "sweep: write a CPU profile of each point's timed records alone to this path plus -KEYS.pprof; e2e: of each job run's timed span to this path plus -SYSTEM-REP.pprof (not with -cpuprofile)")
-	timedTrace := fs.String("timed-trace", "", "e2e: write a Go execution trace of each job run's timed span to this path plus -SYSTEM-REP.trace (go tool trace)")
+	timedTrace := fs.String("timed-trace", "", "sweep: write a Go execution trace of each point's timed records alone to this path plus -KEYS.trace; e2e: of each job run's timed span to this path plus -SYSTEM-REP.trace (go tool trace)")
 	heapProfile := fs.String("heapprofile", "", "sweep: write a heap profile of the stage at the end of each pre-fill to this path plus -KEYS.pprof")
 	latRate := fs.Float64("rate", 0, "latency: input records/s produced while the job runs (0: -rate-frac of the maximum)")
 	latFrac := fs.Float64("rate-frac", 0.5, "latency: without -rate, this share of the job's records/s measured first by e2e in the same run")
@@ -333,6 +333,9 @@ func run(args []string) int {
 				}
 				if *timedProfile != "" {
 					c.TimedProfile = fmt.Sprintf("%s-%d.pprof", *timedProfile, k)
+				}
+				if *timedTrace != "" {
+					c.TimedTrace = fmt.Sprintf("%s-%d.trace", *timedTrace, k)
 				}
 				if err := engineSet(c, k <= mapMaxKeys, k <= redisMaxKeys); err != nil {
 					return fail(err)
