@@ -28,15 +28,11 @@ import (
 // offsets, where the rebuilt store finds them. Planted (the recovery not
 // taking the store's marks): "key late-4 is 2 times in the output".
 func TestOffsetResetLateRecords(t *testing.T) {
-	T := time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond)
+	e, T, rec, cfg := lateEnv(t)
 	ids := keysOn(0, 2)
 	late, newer := ids[0], ids[1]
-	e := newEnv(t)
-	rec := orderAt(e.raw, T)
-	cfg := e.config("0, 1, 2, 3")
-	cfg.Dedup.Window = time.Hour
 	e.produce([]*kgo.Record{
-		{Topic: e.raw, Partition: 0, Key: []byte("p"), Value: []byte("not json"), Timestamp: T.Add(60 * time.Minute)},
+		poisonAt(e.raw, T.Add(60*time.Minute)),
 		rec(late, 0, 1), rec(newer, 100*time.Minute, 1)})
 	e.runToEnd(cfg)
 
@@ -74,13 +70,9 @@ func TestOffsetResetLateRecords(t *testing.T) {
 // no marks past the store's checkpoint, tailMarks): "key late-7 is 2 times
 // in the output".
 func TestOffsetResetTailLateRecords(t *testing.T) {
-	T := time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond)
+	e, T, rec, cfg := lateEnv(t)
 	ids := keysOn(0, 2)
 	warm, tail := ids[0], ids[1]
-	e := newEnv(t)
-	rec := orderAt(e.raw, T)
-	cfg := e.config("0, 1, 2, 3")
-	cfg.Dedup.Window = time.Hour
 	// The store gets a checkpoint with a mark. A clean stop, so that the
 	// failpoint below cannot take this cycle: its offsets are visible
 	// before its store commit.

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -45,8 +46,8 @@ func TestRestoreWindowLateRecords(t *testing.T) {
 		moveClock   []*kgo.Record
 		removeState bool
 	}{
-		{"poison record, state kept", []*kgo.Record{{Partition: 0, Key: []byte("p"), Value: []byte("not json"), Timestamp: T.Add(60 * time.Minute)}}, false},
-		{"poison record, state removed", []*kgo.Record{{Partition: 0, Key: []byte("p"), Value: []byte("not json"), Timestamp: T.Add(60 * time.Minute)}}, true},
+		{"poison record, state kept", []*kgo.Record{poisonAt("", T.Add(60*time.Minute))}, false},
+		{"poison record, state removed", []*kgo.Record{poisonAt("", T.Add(60*time.Minute))}, true},
 		{"dropped repeat, state removed", []*kgo.Record{rec(early, 10*time.Minute, 1), rec(early, 60*time.Minute, 2)}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -88,13 +89,9 @@ func TestRestoreWindowLateRecords(t *testing.T) {
 // the marks' clock moves) the record stamped T+100m expired it and the
 // replay passed.
 func TestRestoreTailLateRecords(t *testing.T) {
-	T := time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond)
+	e, T, rec, cfg := lateEnv(t)
 	ids := keysOn(0, 3)
-	e := newEnv(t)
-	rec := orderAt(e.raw, T)
 	late, newer, warm := ids[0], ids[1], ids[2]
-	cfg := e.config("0, 1, 2, 3")
-	cfg.Dedup.Window = time.Hour
 	// The store gets a checkpoint. A clean stop, so that the failpoint
 	// below cannot take this cycle: its offsets are visible before its
 	// store commit (armed after waitCommitted, it took it about 1 run in 8
@@ -112,7 +109,7 @@ func TestRestoreTailLateRecords(t *testing.T) {
 			}
 		}})
 	})
-	e.produce([]*kgo.Record{{Topic: e.raw, Partition: 0, Key: []byte("p"), Value: []byte("not json"), Timestamp: T.Add(60 * time.Minute)}, rec(late, 0, 1)})
+	e.produce([]*kgo.Record{poisonAt(e.raw, T.Add(60*time.Minute)), rec(late, 0, 1)})
 	select {
 	case <-died:
 	case <-time.After(60 * time.Second):
@@ -132,6 +129,18 @@ func TestRestoreTailLateRecords(t *testing.T) {
 	}
 }
 
+// lateEnv is the start of the late-record tests: an environment, T three
+// hours ago, the maker of records on partition 0 of its raw topic stamped
+// T+at (orderAt), and a config of every partition with a window of 1h
+// (generations of 15m).
+func lateEnv(t *testing.T) (e *env, T time.Time, rec func(id string, at time.Duration, msg int) *kgo.Record, cfg *config.Config) {
+	T = time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond)
+	e = newEnv(t)
+	cfg = e.config("0, 1, 2, 3")
+	cfg.Dedup.Window = time.Hour
+	return e, T, orderAt(e.raw, T), cfg
+}
+
 // orderAt returns a maker of the late-record tests' records: an order of
 // key id on partition 0 of topic (empty: set by the caller), stamped T+at,
 // whose value carries msg.
@@ -140,6 +149,13 @@ func orderAt(topic string, T time.Time) func(id string, at time.Duration, msg in
 		return &kgo.Record{Topic: topic, Partition: 0, Key: []byte(id), Timestamp: T.Add(at),
 			Value: fmt.Appendf(nil, `{"order_id":%q,"msg":%d}`, id, msg)}
 	}
+}
+
+// poisonAt returns a record of partition 0 of topic (empty: set by the
+// caller) stamped at that no business key can be taken from: it moves the
+// stage clock on record time without an output record.
+func poisonAt(topic string, at time.Time) *kgo.Record {
+	return &kgo.Record{Topic: topic, Partition: 0, Key: []byte("p"), Value: []byte("not json"), Timestamp: at}
 }
 
 // outputOf reads the output read_committed with kgo and returns how many

@@ -39,7 +39,7 @@ func TestSpanChangeLateRecords(t *testing.T) {
 	ids := keysOn(0, 3)
 	late, newer, early := ids[0], ids[1], ids[2]
 	rec := orderAt("", T)
-	poison := &kgo.Record{Partition: 0, Key: []byte("p"), Value: []byte("not json"), Timestamp: T.Add(60 * time.Minute)}
+	poison := poisonAt("", T.Add(60*time.Minute))
 	for _, tc := range []struct {
 		name      string
 		moveClock []*kgo.Record

@@ -33,13 +33,9 @@ import (
 // output, want once`.
 func TestUnplacedMarksRerun(t *testing.T) {
 	kafkatest.SkipExternal(t, "answers a produce with kfake's request controls")
-	T := time.Now().Add(-3 * time.Hour).Truncate(time.Millisecond)
+	e, T, rec, cfg := lateEnv(t)
 	ids := keysOn(0, 2)
 	late, newer := ids[0], ids[1]
-	e := newEnv(t)
-	rec := orderAt(e.raw, T)
-	cfg := e.config("0, 1, 2, 3")
-	cfg.Dedup.Window = time.Hour
 
 	// The first output produce of partition 0 (R1) is stored after its
 	// answer timed out; its resend (R2) is answered without an offset;
@@ -77,7 +73,7 @@ func TestUnplacedMarksRerun(t *testing.T) {
 		return nil, nil, false
 	})
 	e.produce([]*kgo.Record{
-		{Topic: e.raw, Partition: 0, Key: []byte("p"), Value: []byte("not json"), Timestamp: T.Add(60 * time.Minute)},
+		poisonAt(e.raw, T.Add(60*time.Minute)),
 		rec(late, 0, 1), rec(newer, 100*time.Minute, 1),
 	})
 	r := e.start(cfg, func(o *job.Options) { o.RequestTimeout = time.Second })
