@@ -8,6 +8,7 @@ import (
 
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/dedupstream/dedupstream/sink"
@@ -188,6 +189,15 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 		if err := r.stage.Restore(nil, r.checkpoint(committed, ends[p])); err != nil {
 			return ms, fmt.Errorf("job: migrate: commit state of partition %d: %w", p, err)
 		}
+		// Durable before the count is recorded: a restore's loads sit in
+		// memory until the store writes them (up to a memtable's worth of
+		// keys), and once the count is recorded Run accepts these stores.
+		// Killed between the two, a store reopened empty (no checkpoint),
+		// so its stage restored only its own output partition and the keys
+		// that moved there passed again (TestMigrateKilledBeforeStoresClosed).
+		if err := r.stage.EndRestore(); err != nil {
+			return ms, fmt.Errorf("job: migrate: write state of partition %d: %w", p, err)
+		}
 	}
 	if err := j.recordPartitions(ctx, n); err != nil {
 		return ms, err
@@ -201,6 +211,7 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 	if err := j.writeJobRecord(ctx, outputRecordKey, j.cfg.Output.Topic); err != nil && !errors.Is(err, errPartitionsTopicRefused) {
 		return ms, fmt.Errorf("job: migrate: %w", err)
 	}
+	j.opts.failpoint(testhook.Migrated)
 	return ms, nil
 }
 

@@ -24,6 +24,10 @@ const (
 	Committed = "committed"
 	// Restored: one batch was restored from the output; more may follow.
 	Restored = "restored"
+	// Migrated: job.Migrate recorded the new partition count (with the
+	// committed offsets and in the partitions topic); the stores it
+	// rebuilt are not closed yet.
+	Migrated = "migrated"
 	// JobRecordMissing: the job's start found a layout record missing in
 	// the partitions topic and is about to claim the layout.
 	JobRecordMissing = "job-record-missing"

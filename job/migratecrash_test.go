@@ -1,0 +1,118 @@
+package job_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/dedupstream/dedupstream/internal/testhook"
+	"github.com/dedupstream/dedupstream/job"
+	"github.com/dedupstream/dedupstream/pipeline"
+)
+
+// crashableStores gives each partition's store a crashable in-memory file
+// system (testhook.Hooks.StoreFS), so that a test can take what a kill -9
+// would leave on disk at any moment (crash) while the process runs on.
+type crashableStores struct {
+	t   *testing.T
+	dir string // the job's state.dir
+	fs  map[int]*vfs.MemFS
+}
+
+func newCrashableStores(t *testing.T, dir string, parts int) *crashableStores {
+	c := &crashableStores{t: t, dir: dir, fs: map[int]*vfs.MemFS{}}
+	for p := range parts {
+		fs := vfs.NewCrashableMem()
+		// The state directory exists durably before the store is made in
+		// it, as a real one does: only the store's own syncs decide what a
+		// crash keeps.
+		d := job.StateDir(dir, p)
+		if err := fs.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for ; ; d = fs.PathDir(d) {
+			f, err := fs.OpenDir(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := errors.Join(f.Sync(), f.Close()); err != nil {
+				t.Fatal(err)
+			}
+			if d == fs.PathDir(d) {
+				break
+			}
+		}
+		c.fs[p] = fs
+	}
+	return c
+}
+
+func (c *crashableStores) storeFS(p int) vfs.FS {
+	if fs, ok := c.fs[p]; ok {
+		return fs
+	}
+	return nil
+}
+
+// crash replaces every store's file system by what a kill -9 now would
+// leave of it (nothing that was not synced), and returns a function that
+// also removes the Bloom snapshots written since (on the real disk, by the
+// Close calls the killed process would not have made).
+func (c *crashableStores) crash() (after func()) {
+	for p, fs := range c.fs {
+		c.fs[p] = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	}
+	return func() {
+		for p := range c.fs {
+			if err := os.Remove(filepath.Join(job.StateDir(c.dir, p), pipeline.SnapshotFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				c.t.Fatal(err)
+			}
+		}
+	}
+}
+
+// TestMigrateKilledBeforeStoresClosed: dedupstream migrate (4 -> 6
+// partitions) killed right after it recorded the new count, before it
+// closed the stores it rebuilt (failpoint Migrated, the stores' file systems
+// crash-cloned there). A start under 6 partitions is then accepted (the
+// count is recorded), so every key that moved partitions must already be
+// durable in its new partition's store: replays of the old keys on their
+// new partitions must all be dropped (read back with kgo).
+func TestMigrateKilledBeforeStoresClosed(t *testing.T) {
+	e := newEnv(t)
+	_, before, after := growWorkload(e, 3_000)
+	e.produce(before)
+	r1 := e.start(e.config("0, 1, 2, 3"))
+	e.waitCommitted(r1, 1, 60*time.Second)
+	e.stop(r1)
+
+	p6 := growAndReplay(t, e, after)
+	cfg6 := e.config("0, 1, 2, 3, 4, 5")
+	stores := newCrashableStores(t, cfg6.State.Dir, 6)
+	var afterCrash func()
+	opts := job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second}
+	testhook.Set(&opts, testhook.Hooks{StoreFS: stores.storeFS, Failpoint: func(name string) {
+		if name == testhook.Migrated && afterCrash == nil {
+			afterCrash = stores.crash()
+		}
+	}})
+	ms, err := job.Migrate(e.ctx(120*time.Second), cfg6, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if afterCrash == nil {
+		t.Fatal("the failpoint never fired")
+	}
+	afterCrash()
+	t.Logf("migrate: %+v", ms)
+
+	r2 := e.start(cfg6, func(o *job.Options) { testhook.Set(o, testhook.Hooks{StoreFS: stores.storeFS}) })
+	waitReplays(t, e, p6)
+	e.stop(r2)
+	if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before) {
+		t.Errorf("migrate killed after recording the count: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
+	}
+}
