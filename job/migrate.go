@@ -110,8 +110,15 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 		}
 	}()
 	for _, p := range owned {
+		// A start refuses the state until it is rebuilt (statedir.go).
+		if err := markMigrating(cfg.State.Dir, p); err != nil {
+			return ms, fmt.Errorf("job: migrate: partition %d: %w", p, err)
+		}
 		if err := pipeline.RemoveState(j.stateDir(p)); err != nil {
 			if errors.Is(err, statestore.ErrLocked) {
+				// Nothing was removed: the running instance's state
+				// stays usable.
+				unmarkMigrating(cfg.State.Dir, p)
 				return ms, fmt.Errorf("job: migrate: the state of partition %d is open in a running instance (%w): stop every instance of job %q first", p, err, cfg.Job.ID)
 			}
 			return ms, fmt.Errorf("job: migrate: remove state of partition %d: %w", p, err)
@@ -179,6 +186,7 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 		if err != nil {
 			return ms, fmt.Errorf("job: migrate: read output partition %d: %w", q, err)
 		}
+		j.opts.failpoint(testhook.MigrateRead)
 	}
 	for _, p := range owned {
 		r := runners[p]
@@ -197,6 +205,9 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 		// that moved there passed again (TestMigrateKilledBeforeStoresClosed).
 		if err := r.stage.EndRestore(); err != nil {
 			return ms, fmt.Errorf("job: migrate: write state of partition %d: %w", p, err)
+		}
+		if err := unmarkMigrating(cfg.State.Dir, p); err != nil {
+			return ms, fmt.Errorf("job: migrate: partition %d: %w", p, err)
 		}
 	}
 	if err := j.recordPartitions(ctx, n); err != nil {

@@ -145,8 +145,12 @@ func (r *runner) checkStatePartitions(ck Checkpoint) error {
 
 // checkOpenedState refuses, right after the stage opened, a store built
 // for another partition count (the check recover repeats for stages that
-// start later, after a rebalance).
+// start later, after a rebalance) or one a migrate did not finish
+// (statedir.go).
 func (r *runner) checkOpenedState() error {
+	if err := checkNotMigrating(r.j.cfg.State.Dir, r.p); err != nil {
+		return err
+	}
 	ck, err := DecodeCheckpoint(r.stage.State().Checkpoint)
 	if err != nil {
 		return fatalf("state %s: %w", r.j.stateDir(r.p), err)

@@ -24,6 +24,9 @@ const (
 	Committed = "committed"
 	// Restored: one batch was restored from the output; more may follow.
 	Restored = "restored"
+	// MigrateRead: job.Migrate read one output partition into the stores
+	// it rebuilds; more may follow.
+	MigrateRead = "migrate-read"
 	// Migrated: job.Migrate recorded the new partition count (with the
 	// committed offsets and in the partitions topic); the stores it
 	// rebuilt are not closed yet.
