@@ -243,3 +243,37 @@ func TestPartitionCountChangeAfterOffsetsExpire(t *testing.T) {
 		t.Errorf("after the migration: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
 	}
 }
+
+// TestPartitionCountChangeWithBacklog: the job is stopped with input it has
+// not read yet (producers go on while it is stopped, or it lagged), routed
+// under 4 partitions; the topics grow to 6 and replays of a third of the
+// keys arrive routed under 6, then migrate and the job runs. A key of the
+// backlog is first emitted by the stage of its old partition, its replay
+// reaches the stage of its new one: every replay must still be dropped
+// (read back with kgo).
+func TestPartitionCountChangeWithBacklog(t *testing.T) {
+	e := newEnv(t)
+	_, before, after := growWorkload(e, 3_000)
+	half := len(before) / 2
+	e.produce(before[:half])
+	cfg := e.config("0, 1, 2, 3")
+	r1 := e.start(cfg)
+	e.waitCommitted(r1, 1, 60*time.Second)
+	e.stop(r1)
+	e.produce(before[half:]) // the backlog: routed under 4, not read yet
+
+	p6 := growAndReplay(t, e, after)
+	cfg6 := e.config("0, 1, 2, 3, 4, 5")
+	ms, err := job.Migrate(e.ctx(120*time.Second), cfg6, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("migrate: %+v", ms)
+	r2 := e.start(cfg6)
+	waitReplays(t, e, p6)
+	e.waitCommitted(r2, 1, 60*time.Second)
+	e.stop(r2)
+	if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before) {
+		t.Errorf("after the migration with a backlog: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
+	}
+}
