@@ -321,7 +321,8 @@ func (j *Job) recordPartitions(ctx context.Context, n int) error {
 // without one, where the stage will begin) to its last stable offset, that
 // route sends to another partition than p: stage p will read and emit them
 // (or has emitted them before), and their later records reach the stage of
-// the partition they now belong to. Should that input never be read (its
+// the partition they now belong to; records the stage dead-letters are
+// left out. Should that input never be read (its
 // offsets moved past it with the Kafka tooling, or retention deleted it
 // first), a later record of such a key is dropped although it was not
 // emitted.
@@ -342,12 +343,22 @@ func migrateBacklog(ctx context.Context, j *Job, topic string, p int, route func
 	if from >= offs.LastStable {
 		return nil
 	}
+	// Keyed as the stage will key them: a record it dead-letters (too
+	// large, no business key) is never emitted, and its key must not be
+	// inserted.
+	keyer, err := pipeline.NewKeyer(j.pc)
+	if err != nil {
+		return err
+	}
 	groups := map[int][]pipeline.Record{}
 	return f.ReadRange(ctx, from, offs.LastStable, func(b *fetch.Batch) error {
 		clear(groups)
 		for i := range b.Records {
 			fr := &b.Records[i]
 			rec := pipeline.Record{Record: partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, TimestampMs: fr.Timestamp.UnixMilli()}
+			if _, _, reason := keyer.Key(&rec); reason != "" {
+				continue
+			}
 			if q := route(&rec); q != p && runners[q] != nil {
 				groups[q] = append(groups[q], rec)
 				ms.Backlog++

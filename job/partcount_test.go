@@ -3,6 +3,7 @@ package job_test
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -260,20 +261,35 @@ func TestPartitionCountChangeWithBacklog(t *testing.T) {
 	r1 := e.start(cfg)
 	e.waitCommitted(r1, 1, 60*time.Second)
 	e.stop(r1)
-	e.produce(before[half:]) // the backlog: routed under 4, not read yet
+	// The backlog: routed under 4, not read yet. One more key's only
+	// record there is too large: the stage dead-letters it, so the key's
+	// first valid record, later and routed under 6, must be emitted.
+	big := ""
+	for i := 0; big == ""; i++ {
+		if id := fmt.Sprintf("big-%d", i); partition.Murmur2Partition([]byte(id), 4) != partition.Murmur2Partition([]byte(id), 6) {
+			big = id
+		}
+	}
+	e.produce(append(slices.Clone(before[half:]), &kgo.Record{Topic: e.raw, Key: []byte(big), Partition: int32(partition.Murmur2Partition([]byte(big), 4)),
+		Value: fmt.Appendf(nil, `{"order_id":%q,"pad":%q}`, big, strings.Repeat("x", 4096))}))
 
 	p6 := growAndReplay(t, e, after)
 	cfg6 := e.config("0, 1, 2, 3, 4, 5")
+	cfg6.Dedup.MaxRecordBytes = 2048
 	ms, err := job.Migrate(e.ctx(120*time.Second), cfg6, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("migrate: %+v", ms)
+	if err := p6.Produce(e.ctx(30*time.Second), []*kgo.Record{{Topic: e.raw, Key: []byte(big), Partition: int32(partition.Murmur2Partition([]byte(big), 6)),
+		Value: fmt.Appendf(nil, `{"order_id":%q}`, big)}}); err != nil {
+		t.Fatal(err)
+	}
 	r2 := e.start(cfg6)
 	waitReplays(t, e, p6)
 	e.waitCommitted(r2, 1, 60*time.Second)
 	e.stop(r2)
-	if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before) {
-		t.Errorf("after the migration with a backlog: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
+	if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before)+1 {
+		t.Errorf("after the migration with a backlog: %d repeats in %d output records, want 0 in %d", repeats, total, len(before)+1)
 	}
 }
