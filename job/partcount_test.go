@@ -293,3 +293,44 @@ func TestPartitionCountChangeWithBacklog(t *testing.T) {
 		t.Errorf("after the migration with a backlog: %d repeats in %d output records, want 0 in %d", repeats, total, len(before)+1)
 	}
 }
+
+// TestMigrateOnEveryInstance: in group mode migrate runs on every instance
+// whose state directory will be used, so only the first run finds the old
+// count recorded; the second finds the new one. The topics grew from 4 to
+// 6 while the job stood still long enough for the group's offsets to
+// expire, and both instances migrated: the second instance's stages read
+// the raw partitions again from the start, where every record still lies
+// where the old count put it, and each must be dropped, as after the first
+// instance's migrate (read back with kgo).
+func TestMigrateOnEveryInstance(t *testing.T) {
+	e := newEnv(t)
+	_, before, _ := growWorkload(e, 3_000)
+	e.produce(before)
+	r1 := e.start(e.config("0, 1, 2, 3"))
+	e.waitCommitted(r1, 1, 60*time.Second)
+	e.stop(r1)
+
+	growTopics(t, e, 6, e.raw, e.out)
+	deleteGroup(t, e, e.jobID)
+	cfg6 := e.config("0, 1, 2, 3, 4, 5")
+	cfg6.Assignment.Mode = "group"
+	opts := job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second}
+	first, err := job.Migrate(e.ctx(120*time.Second), cfg6, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg6.State.Dir = t.TempDir() // the second instance's disk
+	second, err := job.Migrate(e.ctx(120*time.Second), cfg6, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first migrate: %+v; second: %+v", first, second)
+
+	cfg6.Assignment.Mode = "static" // the second instance's stores, all six
+	r2 := e.start(cfg6)
+	e.waitCommitted(r2, 1, 60*time.Second)
+	e.stop(r2)
+	if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before) {
+		t.Errorf("input read again after the second instance's migrate: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
+	}
+}
