@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/dedupstream/dedupstream/config"
@@ -146,15 +147,39 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 		if err != nil {
 			return ms, fmt.Errorf("job: migrate: output partition %d: %w", q, err)
 		}
+		// The generation marks of stage q (marks.go) are read as a
+		// recovery reads them: the window begins at the oldest live
+		// generation's mark when that is earlier, each batch is filed in
+		// the generation of its newest mark at least, and no record counts
+		// later than the end of its mark's generation (emitTimes). Without
+		// them a late key emitted after a record that is not in the output
+		// moved the clock was left out, and its replay passed
+		// (TestMigrateLateRecords).
+		marks, emitted, err := migrationMarks(ctx, j, q)
+		if err != nil {
+			return ms, fmt.Errorf("job: migrate: committed offsets of partition %d: %w", q, err)
+		}
+		if r := runners[q]; r != nil {
+			r.marks = marks // its checkpoint keeps a copy
+		}
+		if n := len(marks); n > 0 {
+			if live := marks.live(j.pc.OldestLive(marks[n-1].Gen)); len(live) > 0 && live[0].Offset < from {
+				from = max(live[0].Offset, offs.Earliest)
+			}
+		}
 		if from >= offs.LastStable {
 			continue
 		}
 		groups := map[int][]pipeline.Record{}
 		err = f.ReadRange(ctx, from, offs.LastStable, func(b *fetch.Batch) error {
 			clear(groups)
+			limit := int64(math.MaxInt64)
+			if n := len(b.Records); emitted != nil && n > 0 {
+				limit = emitted.limit(b.Records[n-1].Offset)
+			}
 			for i := range b.Records {
 				fr := &b.Records[i]
-				rec := pipeline.Record{Record: partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, TimestampMs: fr.Timestamp.UnixMilli()}
+				rec := pipeline.Record{Record: partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, TimestampMs: min(fr.Timestamp.UnixMilli(), limit)}
 				ms.Read++
 				p := route(&rec)
 				kept := false
@@ -168,7 +193,11 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 					ms.Restored++
 				}
 			}
+			g, marked := marks.genAt(b.NextOffset - 1)
 			for p, recs := range groups {
+				if marked {
+					runners[p].stage.AdvanceTo(g)
+				}
 				if err := runners[p].stage.Restore(recs, nil); err != nil {
 					return err
 				}
@@ -269,7 +298,16 @@ func (j *Job) recordPartitions(ctx context.Context, n int) error {
 	for t, ps := range topics {
 		for _, op := range ps {
 			if op.Error == nil && op.CommittedOffset >= 0 {
-				commit.Topics[t] = append(commit.Topics[t], kafka.OffsetCommit{Partition: op.Partition, Offset: op.CommittedOffset, Metadata: offsetMeta(n, j.cfg.Output.Topic, -1, nil, 0)})
+				// The generation marks stay: they describe the output
+				// partition, which the stage of the same number goes on
+				// writing, and its rebuilt store's clock reached them
+				// (Migrate files every batch at its mark's generation).
+				// Dropped, a store rebuilt after the migration (a disk
+				// lost) restored by timestamps alone and left a late key
+				// out (TestMigrateLateRecords).
+				om := parseOffsetMeta(op.Metadata)
+				commit.Topics[t] = append(commit.Topics[t], kafka.OffsetCommit{Partition: op.Partition, Offset: op.CommittedOffset,
+					Metadata: offsetMeta(n, j.cfg.Output.Topic, -1, om.marks, om.marksSpan)})
 			}
 		}
 	}
@@ -288,6 +326,26 @@ func (j *Job) recordPartitions(ctx context.Context, n int) error {
 		}
 	}
 	return nil
+}
+
+// migrationMarks returns the generation marks committed with stage q's
+// input offsets, in the generation span in force, and the bound they put
+// on the times of its output records (see runner.recover); none on
+// processing time or when the offsets carry none.
+func migrationMarks(ctx context.Context, j *Job, q int) (genMarks, *emitTimes, error) {
+	if j.pc.TimeBase != pipeline.RecordTime {
+		return nil, nil, nil
+	}
+	_, meta, err := j.committedOffsetsMeta(ctx, j.cfg.Job.ID, j.topics, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, m := range meta {
+		if om := parseOffsetMeta(m); om.marks != nil {
+			return om.marks.inSpan(om.marksSpan, j.pc.SpanMs()), &emitTimes{marks: om.marks, spanMs: om.marksSpan}, nil
+		}
+	}
+	return nil, nil, nil
 }
 
 // migrateBacklog inserts into the stores of runners the keys of partition

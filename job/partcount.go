@@ -23,8 +23,8 @@ const offsetMetaPrefix = "dedupstream partitions="
 // whose stages' topics have n partitions and which writes output topic
 // output, whose partition holds the stage's output up to next (exclusive;
 // -1: not known, as after a migration), with the stage's generation marks
-// (marks.go, of generations spanMs long; none after a migration and on
-// processing time): "dedupstream partitions=N output=TOPIC@NEXT
+// (marks.go, of generations spanMs long; none on processing time, kept by
+// a migration): "dedupstream partitions=N output=TOPIC@NEXT
 // marks=SPAN:G@O,G@O". Topic names hold neither spaces nor '@'.
 func offsetMeta(n int, output string, next int64, marks genMarks, spanMs int64) string {
 	s := offsetMetaPrefix + strconv.Itoa(n) + " output=" + output
@@ -50,7 +50,7 @@ type offsetMetadata struct {
 	partitions int      // 0: none recorded (an older build, another tool)
 	output     string   // "": not recorded (an older build)
 	outputNext int64    // -1: not recorded
-	marks      genMarks // nil: not recorded (an older build, a migration)
+	marks      genMarks // nil: not recorded (an older build, a migration before it kept them)
 	marksSpan  int64    // the marks' generation span, ms
 }
 

@@ -342,7 +342,7 @@ func (r *runner) recover(ctx context.Context) error {
 	r.settleDoubt(committed)
 	// The marks committed with the output (every input's offset carries
 	// the same), in the generation span in force; none from an older
-	// build, after a migration, or on processing time. The restore bounds
+	// build, after a migration by one, or on processing time. The restore bounds
 	// the records' times by them as written (restore.go, emitTimes).
 	r.marks, r.emitted, r.marksEnd = nil, nil, math.MaxInt64
 	for _, m := range meta {
