@@ -158,6 +158,36 @@ func storeMarks(ck Checkpoint, output string, spanMs int64) (genMarks, int64) {
 	return m, ck.Output
 }
 
+// committedMarks returns, among the metadata committed with a stage's
+// input offsets (one per raw topic), the one with the newest marks; false
+// when none carries marks. Every commit writes the same metadata with every
+// input's offset, but an input taken out of input.topics keeps that of the
+// last commit that included it: put back (first in the list, say), its
+// older marks were read as covering the whole output, bounded the time of
+// every record emitted since by the end of their newest generation, hours
+// early, and a key emitted meanwhile expired at once in a store rebuilt
+// from the output (TestRawTopicReadded). Marks grow only at their end, so
+// the newest mark's offset orders them, then the output's end committed
+// with them.
+func committedMarks(meta []string) (offsetMetadata, bool) {
+	var best offsetMetadata
+	found := false
+	for _, m := range meta {
+		om := parseOffsetMeta(m)
+		if len(om.marks) == 0 {
+			continue
+		}
+		if found {
+			a, b := om.marks[len(om.marks)-1].Offset, best.marks[len(best.marks)-1].Offset
+			if a < b || a == b && om.outputNext <= best.outputNext {
+				continue
+			}
+		}
+		best, found = om, true
+	}
+	return best, found
+}
+
 // marksField is the metadata field holding the marks with the generation
 // span they count in, in milliseconds: "marks=SPAN:G@O,G@O". Marks of
 // another span (dedup.window / dedup.generations changed) are read in the

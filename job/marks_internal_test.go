@@ -162,3 +162,33 @@ func TestTailMarks(t *testing.T) {
 		t.Errorf("marks %v with the marks known for the whole output, want none", got)
 	}
 }
+
+// TestCommittedMarks: of the metadata committed with a stage's inputs, the
+// one with the newest marks counts, wherever it is in the list: an input
+// put back into input.topics carries the marks of the last commit that
+// included it (TestRawTopicReadded).
+func TestCommittedMarks(t *testing.T) {
+	stale := offsetMeta(4, "o", 40, genMarks{{10, 0}, {11, 30}}, 900_000)
+	current := offsetMeta(4, "o", 900, genMarks{{11, 30}, {14, 700}}, 900_000)
+	migrated := offsetMeta(4, "o", -1, genMarks{{11, 30}, {14, 700}}, 900_000)
+	for _, tc := range []struct {
+		name string
+		meta []string
+		want int64 // the newest mark's offset; -1: none
+	}{
+		{"stale first", []string{stale, current}, 700},
+		{"stale last", []string{current, stale}, 700},
+		{"reset beside", []string{"", stale}, 30},
+		{"migrated and stale", []string{stale, migrated}, 700},
+		{"none", []string{"", "other"}, -1},
+	} {
+		om, ok := committedMarks(tc.meta)
+		got := int64(-1)
+		if ok {
+			got = om.marks[len(om.marks)-1].Offset
+		}
+		if got != tc.want {
+			t.Errorf("%s: newest mark at %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

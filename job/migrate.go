@@ -340,10 +340,8 @@ func migrationMarks(ctx context.Context, j *Job, q int) (genMarks, *emitTimes, e
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, m := range meta {
-		if om := parseOffsetMeta(m); om.marks != nil {
-			return om.marks.inSpan(om.marksSpan, j.pc.SpanMs()), &emitTimes{marks: om.marks, spanMs: om.marksSpan}, nil
-		}
+	if om, ok := committedMarks(meta); ok {
+		return om.marks.inSpan(om.marksSpan, j.pc.SpanMs()), &emitTimes{marks: om.marks, spanMs: om.marksSpan, upTo: om.outputNext}, nil
 	}
 	return nil, nil, nil
 }

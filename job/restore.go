@@ -321,12 +321,19 @@ func (k *splitKeyer) split(from []fetch.Record, in []pipeline.Record, b *pipelin
 type emitTimes struct {
 	marks  genMarks // as committed, in generations of spanMs
 	spanMs int64
+	// upTo is the output's end committed with the marks (<= 0: not
+	// known, they cover all of it): records from there on were emitted
+	// by later commits, whose marks these are not.
+	upTo int64
 }
 
 // limit returns the latest time a restore may count the output records at
 // offsets up to last as: the end of the generation the record at last was
 // emitted in, math.MaxInt64 when no mark covers it.
 func (e *emitTimes) limit(last int64) int64 {
+	if e.upTo > 0 && last >= e.upTo {
+		return math.MaxInt64
+	}
 	g, ok := e.marks.genAt(last)
 	if !ok || g >= uint64(math.MaxInt64/e.spanMs) {
 		return math.MaxInt64

@@ -143,6 +143,12 @@ func TestEmitTimesLimit(t *testing.T) {
 			t.Errorf("limit(%d) = %d, want %d", tc.last, got, tc.want)
 		}
 	}
+	// Marks committed with the output up to 200 say nothing of the
+	// records from there on (emitted by later commits).
+	e.upTo = 200
+	if got, got2 := e.limit(199), e.limit(200); got != 12_999 || got2 != math.MaxInt64 {
+		t.Errorf("marks up to offset 200: limit(199) = %d, limit(200) = %d, want 12999 and none", got, got2)
+	}
 	huge := &emitTimes{marks: genMarks{{math.MaxUint64 / 2, 0}}, spanMs: 1000}
 	if got := huge.limit(1); got != math.MaxInt64 {
 		t.Errorf("a generation past the time range: limit %d, want none", got)

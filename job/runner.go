@@ -340,16 +340,18 @@ func (r *runner) recover(ctx context.Context) error {
 		return fmt.Errorf("committed offsets: %w", err)
 	}
 	r.settleDoubt(committed)
-	// The marks committed with the output (every input's offset carries
-	// the same), in the generation span in force; none from an older
-	// build, after a migration by one, or on processing time. The restore bounds
-	// the records' times by them as written (restore.go, emitTimes).
+	// The marks committed with the output (the newest among the inputs'
+	// offsets: committedMarks), in the generation span in force; none
+	// from an older build, after a migration by one, or on processing
+	// time. They are known for the output up to the end committed with
+	// them. The restore bounds the records' times by them as written
+	// (restore.go, emitTimes).
 	r.marks, r.emitted, r.marksEnd = nil, nil, math.MaxInt64
-	for _, m := range meta {
-		if om := parseOffsetMeta(m); om.marks != nil && r.j.pc.TimeBase == pipeline.RecordTime {
-			r.marks = om.marks.inSpan(om.marksSpan, r.j.pc.SpanMs())
-			r.emitted = &emitTimes{marks: om.marks, spanMs: om.marksSpan}
-			break
+	if om, ok := committedMarks(meta); ok && r.j.pc.TimeBase == pipeline.RecordTime {
+		r.marks = om.marks.inSpan(om.marksSpan, r.j.pc.SpanMs())
+		r.emitted = &emitTimes{marks: om.marks, spanMs: om.marksSpan, upTo: om.outputNext}
+		if om.outputNext >= 0 {
+			r.marksEnd = om.outputNext
 		}
 	}
 	st := r.stage.State()
@@ -360,12 +362,16 @@ func (r *runner) recover(ctx context.Context) error {
 	if err := r.checkStatePartitions(ck); err != nil {
 		return err
 	}
-	if r.marks == nil && r.j.pc.TimeBase == pipeline.RecordTime {
+	if (r.marks == nil || r.marksEnd < ck.Output) && r.j.pc.TimeBase == pipeline.RecordTime {
 		// Offsets committed without marks (reset with the Kafka tooling,
-		// expired): the store's copy, which the next commit writes back
-		// with the offsets, so that a store rebuilt later finds them
-		// there (marks.go, storeMarks).
-		r.marks, r.marksEnd = storeMarks(ck, r.j.cfg.Output.Topic, r.j.pc.SpanMs())
+		// expired), or with older ones than the store's (only an input
+		// put back into input.topics carries marks, those of the last
+		// commit that included it): the store's copy, which the next
+		// commit writes back with the offsets, so that a store rebuilt
+		// later finds them there (marks.go, storeMarks).
+		if m, end := storeMarks(ck, r.j.cfg.Output.Topic, r.j.pc.SpanMs()); m != nil {
+			r.marks, r.marksEnd, r.emitted = m, end, nil
+		}
 	}
 	offs, err := r.out.ListOffsets(ctx)
 	if err != nil {
