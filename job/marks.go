@@ -177,15 +177,24 @@ func committedMarks(meta []string) (offsetMetadata, bool) {
 		if len(om.marks) == 0 {
 			continue
 		}
-		if found {
-			a, b := om.marks[len(om.marks)-1].Offset, best.marks[len(best.marks)-1].Offset
-			if a < b || a == b && om.outputNext <= best.outputNext {
-				continue
-			}
+		if !found || om.marks.newerThan(best.marks) ||
+			!best.marks.newerThan(om.marks) && om.outputNext > best.outputNext {
+			best, found = om, true
 		}
-		best, found = om, true
 	}
 	return best, found
+}
+
+// newerThan reports whether m holds a newer mark than every mark of o
+// (true when o has none): marks grow only at their end.
+func (m genMarks) newerThan(o genMarks) bool {
+	switch {
+	case len(m) == 0:
+		return false
+	case len(o) == 0:
+		return true
+	}
+	return m[len(m)-1].Offset > o[len(o)-1].Offset
 }
 
 // marksField is the metadata field holding the marks with the generation

@@ -362,14 +362,14 @@ func (r *runner) recover(ctx context.Context) error {
 	if err := r.checkStatePartitions(ck); err != nil {
 		return err
 	}
-	if (r.marks == nil || r.marksEnd < ck.Output) && r.j.pc.TimeBase == pipeline.RecordTime {
+	if r.j.pc.TimeBase == pipeline.RecordTime {
 		// Offsets committed without marks (reset with the Kafka tooling,
 		// expired), or with older ones than the store's (only an input
 		// put back into input.topics carries marks, those of the last
 		// commit that included it): the store's copy, which the next
 		// commit writes back with the offsets, so that a store rebuilt
 		// later finds them there (marks.go, storeMarks).
-		if m, end := storeMarks(ck, r.j.cfg.Output.Topic, r.j.pc.SpanMs()); m != nil {
+		if m, end := storeMarks(ck, r.j.cfg.Output.Topic, r.j.pc.SpanMs()); m != nil && m.newerThan(r.marks) {
 			r.marks, r.marksEnd, r.emitted = m, end, nil
 		}
 	}
