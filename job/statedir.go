@@ -73,6 +73,8 @@ func checkNotMigrating(root string, p int) error {
 		ErrTopics, StateDir(root, p), path)
 }
 
+// syncDir makes the entries of dir durable (a file created or removed in
+// it).
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
