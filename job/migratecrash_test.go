@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,11 +17,12 @@ import (
 )
 
 // crashableStores gives each partition's store a crashable in-memory file
-// system (testhook.Hooks.StoreFS), so that a test can take what a kill -9
+// system (testhook.Hooks.StoreFS), so that a test can take what a crash
 // would leave on disk at any moment (crash) while the process runs on.
 type crashableStores struct {
 	t   *testing.T
 	dir string // the job's state.dir
+	mu  sync.Mutex
 	fs  map[int]*vfs.MemFS
 }
 
@@ -53,17 +55,23 @@ func newCrashableStores(t *testing.T, dir string, parts int) *crashableStores {
 }
 
 func (c *crashableStores) storeFS(p int) vfs.FS {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if fs, ok := c.fs[p]; ok {
 		return fs
 	}
 	return nil
 }
 
-// crash replaces every store's file system by what a kill -9 now would
-// leave of it (nothing that was not synced), and returns a function that
-// also removes the Bloom snapshots written since (on the real disk, by the
-// Close calls the killed process would not have made).
+// crash replaces every store's file system by what a crash now would leave
+// of it: nothing that was not synced, as after a machine crash, which
+// covers a kill -9 too (it loses what the process held in memory, and
+// perhaps less of what it wrote). It returns a function that also removes
+// the Bloom snapshots written since (on the real disk, by the Close calls
+// the killed process would not have made).
 func (c *crashableStores) crash() (after func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for p, fs := range c.fs {
 		c.fs[p] = fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
 	}

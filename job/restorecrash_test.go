@@ -57,11 +57,12 @@ func TestRestoreInterrupted(t *testing.T) {
 					if restored++; restored != 7 {
 						return
 					}
-					close(hit)
 					if kill {
 						afterCrash = stores.crash()
+						close(hit)
 						runtime.Goexit() // the stage stops here
 					}
+					close(hit)
 					for stop.Load() == nil {
 						time.Sleep(time.Millisecond)
 					}
