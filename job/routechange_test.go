@@ -183,3 +183,42 @@ func TestRouteChangeAfterOffsetsExpire(t *testing.T) {
 		t.Errorf("%d repeats in %d output records, want 0 in %d: the input read again from the start passed keys migrate kept only on their new partition", repeats, total, keys)
 	}
 }
+
+// TestRouteChangeWithBacklog: the producers and input.partitioner go from
+// fnv1a to murmur2 while the job is stopped with input it has not read
+// yet, still on its fnv1a partitions; then migrate, and replays of those
+// keys arrive on their murmur2 partitions. The stage of a key's fnv1a
+// partition emits it from the backlog, and its replay reaches the stage
+// of its murmur2 partition: the output read back with kgo must hold each
+// key once (TestPartitionCountChangeWithBacklog for a changed route).
+func TestRouteChangeWithBacklog(t *testing.T) {
+	e := newEnv(t)
+	const keys = 2_000
+	var first, replays []*kgo.Record
+	for i := range keys {
+		id := fmt.Sprintf("b-%d", i)
+		first = append(first, &kgo.Record{Topic: e.raw, Partition: int32(partition.FNV1aPartition([]byte(id), partitions)),
+			Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"msg":1}`, id)})
+		if i >= keys/2 {
+			replays = append(replays, &kgo.Record{Topic: e.raw, Partition: int32(partition.Murmur2Partition([]byte(id), partitions)),
+				Key: []byte(id), Value: fmt.Appendf(nil, `{"order_id":%q,"msg":2}`, id)})
+		}
+	}
+	cfg := e.config("0, 1, 2, 3")
+	cfg.Input.Partitioner = "fnv1a"
+	e.produce(first[:keys/2])
+	e.runToEnd(cfg)
+	e.produce(first[keys/2:]) // the backlog
+
+	cfg2 := e.config("0, 1, 2, 3")
+	ms, err := job.Migrate(e.ctx(120*time.Second), cfg2, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	t.Logf("migrate: %+v", ms)
+	e.produce(replays)
+	e.runToEnd(cfg2)
+	if repeats, total := countRepeats(t, e, partitions); repeats != 0 || total != keys {
+		t.Errorf("%d repeats in %d output records, want 0 in %d", repeats, total, keys)
+	}
+}
