@@ -211,6 +211,10 @@ type Job struct {
 	// skipped counts input offsets skipped by input.offset_reset
 	// (inputreset.go).
 	skipped map[topicPart]uint64
+	// moved are the output partitions' ends at the last migration, from
+	// the partitions topic (restoremoved.go); set by Run before any stage
+	// starts.
+	moved map[int]int64
 }
 
 // New checks that cfg is something this build can run and returns a Job.

@@ -246,6 +246,12 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 			return ms, fmt.Errorf("job: migrate: partition %d: %w", p, err)
 		}
 	}
+	// Before the count: a store that starts empty later reads the other
+	// output partitions up to here for the keys that moved to it
+	// (restoremoved.go).
+	if err := j.writeJobRecord(ctx, movedRecordKey, movedValue(ends)); err != nil && !errors.Is(err, errPartitionsTopicRefused) {
+		return ms, fmt.Errorf("job: migrate: %w", err)
+	}
 	if err := j.recordPartitions(ctx, n); err != nil {
 		return ms, err
 	}

@@ -334,3 +334,37 @@ func TestMigrateOnEveryInstance(t *testing.T) {
 		t.Errorf("input read again after the second instance's migrate: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
 	}
 }
+
+// TestEmptyDiskAfterPartitionCountChange: after the topics grew from 4 to 6
+// and migrate ran, an instance starts with an empty disk within the window
+// (a disk lost, a new instance, a group member that never ran migrate).
+// Its new stores must learn the keys that moved to their partitions from
+// the other output partitions: replays of the old keys on their new
+// partitions must all be dropped (read back with kgo).
+func TestEmptyDiskAfterPartitionCountChange(t *testing.T) {
+	e := newEnv(t)
+	_, before, after := growWorkload(e, 3_000)
+	e.produce(before)
+	e.runToEnd(e.config("0, 1, 2, 3"))
+
+	growTopics(t, e, 6, e.raw, e.out)
+	cfg6 := e.config("0, 1, 2, 3, 4, 5")
+	if _, err := job.Migrate(e.ctx(120*time.Second), cfg6, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	cfg6.State.Dir = t.TempDir() // the empty disk
+	p6, err := jobtest.NewProducer(e.brokers, e.clientOpts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p6.Close)
+	if err := p6.Produce(e.ctx(30*time.Second), after); err != nil {
+		t.Fatal(err)
+	}
+	r := e.start(cfg6)
+	waitReplays(t, e, p6)
+	e.stop(r)
+	if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before) {
+		t.Errorf("an empty disk after the migration: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
+	}
+}

@@ -62,7 +62,7 @@ type jobRecords map[string]jobRecord
 // fold applies the record at offset off to recs by the rule above.
 func (recs jobRecords) fold(key, value []byte, off int64) {
 	k := string(key)
-	if slices.Contains(layoutKeys, k) {
+	if slices.Contains(layoutKeys, k) || k == movedRecordKey {
 		recs[k] = jobRecord{value: bytes.Clone(value), offset: off}
 		return
 	}
@@ -217,6 +217,9 @@ func (j *Job) checkLayoutRecords(ctx context.Context, lay layout) error {
 			"topic", PartitionsTopic(j.cfg.Job.ID), "err", err,
 			"fix", "let the job create, read and write this topic (one partition, cleanup.policy=compact)")
 		recs, err = jobRecords{}, nil
+	}
+	if r, ok := recs[movedRecordKey]; ok {
+		j.moved = parseMoved(r.value) // see restoremoved.go
 	}
 	if err == nil {
 		err = j.checkPartitionsRecord(recs, lay.partitions)

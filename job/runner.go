@@ -394,6 +394,18 @@ func (r *runner) recover(ctx context.Context) error {
 				from = live[0].Offset
 			}
 		}
+		// Keys a migration moved here lie in other output partitions
+		// (restoremoved.go).
+		moved, err := r.restoreMoved(ctx)
+		if err != nil {
+			return fmt.Errorf("restore the keys moved to partition %d: %w", r.p, err)
+		}
+		if moved > 0 {
+			if err := r.stage.EndRestore(); err != nil {
+				return &fatalError{err}
+			}
+			r.j.addStats(func(s *Stats) { s.Restored += uint64(moved) })
+		}
 	}
 	if from > offs.LastStable {
 		return &fatalError{r.j.otherOutput(fmt.Sprintf("state %s is ahead of output %s/%d (checkpoint output offset %d, last stable offset %d): "+

@@ -1,0 +1,147 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/dedupstream/dedupstream/fetch"
+	"github.com/dedupstream/dedupstream/partition"
+	"github.com/dedupstream/dedupstream/pipeline"
+)
+
+// A key's partition depends on the layout (the partition count, the
+// route). After Migrate changed it, the output's window holds records
+// emitted under the old layout, on the partitions it gave their keys.
+// Migrate rebuilt the stores of the instances it ran on from the whole
+// output; a store that starts empty later (a disk lost, a new instance, a
+// group member that never ran migrate), while those records are still
+// inside the window, restored its own output partition only: the keys that
+// moved to it were missing and their replays passed
+// (TestEmptyDiskAfterPartitionCountChange: 668 of 1000). So Migrate
+// records in the partitions topic where each output partition ended when it
+// ran (key "moved": "0=END,1=END,..."), and a new store whose window still
+// reaches before such an end reads that other partition's window too and
+// keeps the keys that belong to it now (restoreMoved). Earlier builds
+// ignore the record.
+
+// movedRecordKey is the key of the partitions topic's record of the output
+// partitions' ends at the last migration.
+const movedRecordKey = "moved"
+
+// movedValue encodes the output partitions' ends.
+func movedValue(ends []int64) string {
+	var b strings.Builder
+	for q, end := range ends {
+		if q > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, "%d=%d", q, end)
+	}
+	return b.String()
+}
+
+// parseMoved decodes movedValue; an entry it cannot read is left out (its
+// partition is then not read by restoreMoved).
+func parseMoved(v []byte) map[int]int64 {
+	ends := map[int]int64{}
+	for field := range strings.SplitSeq(string(v), ",") {
+		q, end, ok := strings.Cut(field, "=")
+		qn, qerr := strconv.Atoi(q)
+		en, eerr := strconv.ParseInt(end, 10, 64)
+		if ok && qerr == nil && eerr == nil && qn >= 0 && en >= 0 {
+			ends[qn] = en
+		}
+	}
+	return ends
+}
+
+// restoreMoved puts into a new store the keys of the other output
+// partitions' windows that belong to this partition under the layout in
+// force, from every partition whose window still begins before its end at
+// the last migration (j.moved), each read with its stage's generation
+// marks as Migrate reads it. The loads carry no checkpoint, so a crash
+// before the store's first checkpoint leaves it new and this runs again.
+// It returns how many records it kept.
+func (r *runner) restoreMoved(ctx context.Context) (int, error) {
+	qs := make([]int, 0, len(r.j.moved))
+	for q := range r.j.moved {
+		if q != r.p && q < r.lay.partitions {
+			qs = append(qs, q)
+		}
+	}
+	if len(qs) == 0 {
+		return 0, nil
+	}
+	slices.Sort(qs)
+	route, err := migrationRoute(r.j, r.lay.partitions)
+	if err != nil {
+		return 0, err
+	}
+	var (
+		kept int
+		recs []pipeline.Record
+	)
+	for _, q := range qs {
+		f, err := fetch.New(r.j.client, r.j.cfg.Output.Topic, q, fetch.Options{RequestTimeout: r.j.opts.RequestTimeout, RetryTimeout: r.j.opts.RetryTimeout, ClientID: r.j.cfg.Kafka.ClientID, Logger: r.log})
+		if err != nil {
+			return kept, err
+		}
+		offs, err := f.ListOffsets(ctx)
+		if err != nil {
+			return kept, fmt.Errorf("output offsets of partition %d: %w", q, err)
+		}
+		if r.j.moved[q] <= offs.Earliest {
+			continue // retention deleted what the old layout placed there
+		}
+		rq := &runner{j: r.j, p: q, lay: r.lay, log: r.log.With("output_partition", q), out: f}
+		from, err := rq.windowStart(ctx, offs)
+		if err != nil {
+			return kept, fmt.Errorf("output partition %d: %w", q, err)
+		}
+		marks, emitted, err := migrationMarks(ctx, r.j, q)
+		if err != nil {
+			return kept, fmt.Errorf("committed offsets of partition %d: %w", q, err)
+		}
+		if n := len(marks); n > 0 {
+			if live := marks.live(r.j.pc.OldestLive(marks[n-1].Gen)); len(live) > 0 && live[0].Offset < from {
+				from = max(live[0].Offset, offs.Earliest)
+			}
+		}
+		if from >= min(r.j.moved[q], offs.LastStable) {
+			continue // what the old layout placed there has left the window
+		}
+		err = f.ReadRange(ctx, from, offs.LastStable, func(b *fetch.Batch) error {
+			recs = recs[:0]
+			limit := int64(math.MaxInt64)
+			if n := len(b.Records); emitted != nil && n > 0 {
+				limit = emitted.limit(b.Records[n-1].Offset)
+			}
+			for i := range b.Records {
+				fr := &b.Records[i]
+				rec := pipeline.Record{Record: partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, TimestampMs: min(fr.Timestamp.UnixMilli(), limit)}
+				if route(&rec) == r.p {
+					recs = append(recs, rec)
+				}
+			}
+			if len(recs) == 0 {
+				return nil
+			}
+			if g, ok := marks.genAt(b.NextOffset - 1); ok {
+				r.stage.AdvanceTo(g)
+			}
+			kept += len(recs)
+			return r.stage.Restore(recs, nil)
+		})
+		if err != nil {
+			return kept, fmt.Errorf("output partition %d: %w", q, err)
+		}
+	}
+	if kept > 0 {
+		r.log.Info("restored the keys that moved to this partition from the other output partitions", "records", kept)
+	}
+	return kept, nil
+}
