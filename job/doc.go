@@ -131,7 +131,9 @@
 //     Kafka tooling, expired) and written back with the next commit
 //     (marks.go, storeMarks); for a new store, the first output record of
 //     the window (the earlier of the oldest live generation's mark and the
-//     first record stamped inside the window).
+//     first record stamped inside the window). Within a window of a
+//     migration a new store first takes the keys that moved to it from the
+//     other output partitions' windows (restoremoved.go).
 //  4. If that is below the output partition's last stable offset, the
 //     committed output from there on is read back read_committed and its
 //     keys are put into the store, batch by batch, each batch with its
