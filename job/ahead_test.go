@@ -76,9 +76,7 @@ func TestStoreAheadOfOutput(t *testing.T) {
 	w := e.workload(31, 2_000, 0)
 	e.produce(w.Records)
 	cfg := e.config("0, 1, 2, 3")
-	r1 := e.start(cfg)
-	e.waitCommitted(r1, 1, 60*time.Second)
-	e.stop(r1)
+	e.runToEnd(cfg)
 
 	recreateTopic(t, e, e.out, partitions)
 	deleteGroup(t, e, e.jobID)

@@ -245,18 +245,25 @@ func (e *env) readOutput() (out, dlq []*kgo.Record) {
 // the DLQ and the accounting identity against the job counters st.
 func (e *env) verify(w *jobtest.Workload, st job.Stats) {
 	e.t.Helper()
-	ctx := e.ctx(30 * time.Second)
-	rep, err := w.Verify(ctx, e.brokers, e.out, e.dlq, partitions, e.clientOpts...)
+	rep := e.verifyOutput(w)
+	for _, p := range w.CheckAccounting(st, rep.Out, rep.DLQ) {
+		e.t.Error("accounting: " + p)
+	}
+	e.t.Logf("in=%d out=%d dropped=%d dlq=%d escaped=%d lost=%d; job: %+v", rep.In, rep.Out, w.Dropped(), rep.DLQ, rep.Escaped, rep.Lost, st)
+}
+
+// verifyOutput reads output and DLQ read_committed with kgo and checks G1,
+// G2 and the DLQ against w.
+func (e *env) verifyOutput(w *jobtest.Workload) jobtest.Report {
+	e.t.Helper()
+	rep, err := w.Verify(e.ctx(60*time.Second), e.brokers, e.out, e.dlq, partitions, e.clientOpts...)
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	for _, p := range rep.Problems {
 		e.t.Error(p)
 	}
-	for _, p := range w.CheckAccounting(st, rep.Out, rep.DLQ) {
-		e.t.Error("accounting: " + p)
-	}
-	e.t.Logf("in=%d out=%d dropped=%d dlq=%d escaped=%d lost=%d; job: %+v", rep.In, rep.Out, w.Dropped(), rep.DLQ, rep.Escaped, rep.Lost, st)
+	return rep
 }
 
 func sum(ss ...job.Stats) job.Stats {

@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/dedupstream/dedupstream/pipeline"
 )
 
 // Generation marks: where in the output the stage clock entered each live
@@ -183,6 +185,19 @@ func committedMarks(meta []string) (offsetMetadata, bool) {
 		}
 	}
 	return best, found
+}
+
+// liveStart returns the offset where the output of m's live generations
+// (under pc's window) begins if that is before from, else from. It may be
+// before the first record stamped inside the window: a late record
+// emitted after a record that is not in the output moved the clock.
+func (m genMarks) liveStart(pc *pipeline.Config, from int64) int64 {
+	if n := len(m); n > 0 {
+		if live := m.live(pc.OldestLive(m[n-1].Gen)); len(live) > 0 && live[0].Offset < from {
+			return live[0].Offset
+		}
+	}
+	return from
 }
 
 // newerThan reports whether m holds a newer mark than every mark of o

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/dedupstream/dedupstream/config"
@@ -162,24 +161,16 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 		if r := runners[q]; r != nil {
 			r.marks = marks // its checkpoint keeps a copy
 		}
-		if n := len(marks); n > 0 {
-			if live := marks.live(j.pc.OldestLive(marks[n-1].Gen)); len(live) > 0 && live[0].Offset < from {
-				from = max(live[0].Offset, offs.Earliest)
-			}
-		}
+		from = max(marks.liveStart(&j.pc, from), offs.Earliest)
 		if from >= offs.LastStable {
 			continue
 		}
 		groups := map[int][]pipeline.Record{}
 		err = f.ReadRange(ctx, from, offs.LastStable, func(b *fetch.Batch) error {
 			clear(groups)
-			limit := int64(math.MaxInt64)
-			if n := len(b.Records); emitted != nil && n > 0 {
-				limit = emitted.limit(b.Records[n-1].Offset)
-			}
+			limit := emitted.batchLimit(b.Records)
 			for i := range b.Records {
-				fr := &b.Records[i]
-				rec := pipeline.Record{Record: partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, TimestampMs: min(fr.Timestamp.UnixMilli(), limit)}
+				rec := outputRecord(&b.Records[i], limit)
 				ms.Read++
 				p := route(&rec)
 				kept := false

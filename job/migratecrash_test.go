@@ -95,9 +95,7 @@ func TestMigrateKilledBeforeStoresClosed(t *testing.T) {
 	e := newEnv(t)
 	_, before, after := growWorkload(e, 3_000)
 	e.produce(before)
-	r1 := e.start(e.config("0, 1, 2, 3"))
-	e.waitCommitted(r1, 1, 60*time.Second)
-	e.stop(r1)
+	e.runToEnd(e.config("0, 1, 2, 3"))
 
 	p6 := growAndReplay(t, e, after)
 	cfg6 := e.config("0, 1, 2, 3, 4, 5")
@@ -172,9 +170,7 @@ func TestMigrateInterrupted(t *testing.T) {
 	e := newEnv(t)
 	_, before, after := growWorkload(e, 3_000)
 	e.produce(before)
-	r1 := e.start(e.config("0, 1, 2, 3"))
-	e.waitCommitted(r1, 1, 60*time.Second)
-	e.stop(r1)
+	e.runToEnd(e.config("0, 1, 2, 3"))
 
 	p6 := growAndReplay(t, e, after)
 	cfgA, cfgB := e.config("0, 1, 2"), e.config("3, 4, 5")

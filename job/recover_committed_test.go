@@ -59,12 +59,6 @@ func TestRecoverAfterCommittedCrash(t *testing.T) {
 	if st := r2.job.Stats(); st.Restored == 0 {
 		t.Errorf("the second run restored nothing although a stage died before its store commit: %+v", st)
 	}
-	rep, err := w.Verify(e.ctx(60*time.Second), e.brokers, e.out, e.dlq, partitions, e.clientOpts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range rep.Problems {
-		t.Error(p)
-	}
+	rep := e.verifyOutput(w)
 	t.Logf("in=%d out=%d escaped=%d lost=%d", rep.In, rep.Out, rep.Escaped, rep.Lost)
 }

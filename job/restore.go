@@ -242,10 +242,7 @@ func (w *splitWork) run(rk *pipeline.RestoreKeyer) {
 		return
 	}
 	// One limit serves the half: its last record was emitted last.
-	limit := int64(math.MaxInt64)
-	if w.emitted != nil && len(w.from) > 0 {
-		limit = w.emitted.limit(w.from[len(w.from)-1].Offset)
-	}
+	limit := w.emitted.batchLimit(w.from)
 	for i := range w.from {
 		fr := &w.from[i]
 		rk.KeyAt(partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, min(fr.Timestamp.UnixMilli(), limit), w.b, w.at+i)
@@ -325,6 +322,22 @@ type emitTimes struct {
 	// known, they cover all of it): records from there on were emitted
 	// by later commits, whose marks these are not.
 	upTo int64
+}
+
+// batchLimit is limit for records fetched in offset order: one bound
+// serves them all, their last was emitted last. math.MaxInt64 for e nil
+// (no marks) or no records.
+func (e *emitTimes) batchLimit(recs []fetch.Record) int64 {
+	if e == nil || len(recs) == 0 {
+		return math.MaxInt64
+	}
+	return e.limit(recs[len(recs)-1].Offset)
+}
+
+// outputRecord is output record fr for a store, counted at its timestamp
+// or limit, whichever is earlier (emitTimes).
+func outputRecord(fr *fetch.Record, limit int64) pipeline.Record {
+	return pipeline.Record{Record: partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, TimestampMs: min(fr.Timestamp.UnixMilli(), limit)}
 }
 
 // limit returns the latest time a restore may count the output records at

@@ -85,13 +85,7 @@ func TestRestoreInterrupted(t *testing.T) {
 			e.waitCommitted(r3, 1, 60*time.Second)
 			e.stop(r3)
 			t.Logf("restored before the interruption: %d; after: %d", r2.job.Stats().Restored, r3.job.Stats().Restored)
-			rep, err := w.Verify(e.ctx(60*time.Second), e.brokers, e.out, e.dlq, partitions, e.clientOpts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, p := range rep.Problems {
-				t.Error(p)
-			}
+			rep := e.verifyOutput(w)
 			t.Logf("in=%d out=%d escaped=%d lost=%d", rep.In, rep.Out, rep.Escaped, rep.Lost)
 		})
 	}

@@ -3,13 +3,11 @@ package job
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/dedupstream/dedupstream/fetch"
-	"github.com/dedupstream/dedupstream/partition"
 	"github.com/dedupstream/dedupstream/pipeline"
 )
 
@@ -106,23 +104,15 @@ func (r *runner) restoreMoved(ctx context.Context) (int, error) {
 		if err != nil {
 			return kept, fmt.Errorf("committed offsets of partition %d: %w", q, err)
 		}
-		if n := len(marks); n > 0 {
-			if live := marks.live(r.j.pc.OldestLive(marks[n-1].Gen)); len(live) > 0 && live[0].Offset < from {
-				from = max(live[0].Offset, offs.Earliest)
-			}
-		}
+		from = max(marks.liveStart(&r.j.pc, from), offs.Earliest)
 		if from >= min(r.j.moved[q], offs.LastStable) {
 			continue // what the old layout placed there has left the window
 		}
 		err = f.ReadRange(ctx, from, offs.LastStable, func(b *fetch.Batch) error {
 			recs = recs[:0]
-			limit := int64(math.MaxInt64)
-			if n := len(b.Records); emitted != nil && n > 0 {
-				limit = emitted.limit(b.Records[n-1].Offset)
-			}
+			limit := emitted.batchLimit(b.Records)
 			for i := range b.Records {
-				fr := &b.Records[i]
-				rec := pipeline.Record{Record: partition.Record{Key: fr.Key, Value: fr.Value, Headers: fr.Headers}, TimestampMs: min(fr.Timestamp.UnixMilli(), limit)}
+				rec := outputRecord(&b.Records[i], limit)
 				if route(&rec) == r.p {
 					recs = append(recs, rec)
 				}

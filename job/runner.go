@@ -389,11 +389,7 @@ func (r *runner) recover(ctx context.Context) error {
 		// live one's mark, which may be before the first record stamped
 		// inside the window: a late record emitted after a record that
 		// is not in the output moved the clock (marks.go).
-		if n := len(r.marks); n > 0 {
-			if live := r.marks.live(r.j.pc.OldestLive(r.marks[n-1].Gen)); len(live) > 0 && live[0].Offset < from {
-				from = live[0].Offset
-			}
-		}
+		from = r.marks.liveStart(&r.j.pc, from)
 		// Keys a migration moved here lie in other output partitions
 		// (restoremoved.go).
 		moved, err := r.restoreMoved(ctx)

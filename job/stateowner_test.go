@@ -35,9 +35,7 @@ func TestStateDirCopied(t *testing.T) {
 	}
 	e.produce(first)
 	cfg := e.config("0, 1, 2, 3")
-	r1 := e.start(cfg)
-	e.waitCommitted(r1, 1, 60*time.Second)
-	e.stop(r1)
+	e.runToEnd(cfg)
 
 	dir1, dir2 := job.StateDir(cfg.State.Dir, 1), job.StateDir(cfg.State.Dir, 2)
 	if err := os.RemoveAll(dir2); err != nil {
