@@ -96,6 +96,9 @@ type Store struct {
 	log    *commitLog // the active memIndex's log (nil: no log)
 	logNum uint64     // number of the newest log file
 	job    *flushJob  // the memIndex being flushed (under wmu)
+	// replayTorn: Open's replay of the commit logs stopped early (a torn
+	// record or a gap); Open then waits for the replayed keys' flush.
+	replayTorn bool
 
 	// viewMu orders what readers see against the flusher: a reader takes
 	// the read lock while it captures active, imm and runs and opens its
@@ -204,6 +207,20 @@ func Open(dir string, opts Options) (*Store, error) {
 			err = errors.Join(err, cerr)
 		}
 		return fail(fmt.Errorf("statestore: open %s: %w", dbDir, err))
+	}
+	if s.job != nil && s.replayTorn {
+		// The replay stopped at a torn record (or a gap): the logs it
+		// read stay until their keys are in runs, and a later replay
+		// would stop at the same record again and never reach the logs
+		// written from now on, losing commits a Flush made durable
+		// (TestTornLogThenNewCommits). Their flush removes them: no
+		// Commit is taken before it is done.
+		if err := s.awaitFlush(); err != nil {
+			if cerr := s.closeDB(); cerr != nil && !errors.Is(err, ErrFatal) {
+				err = errors.Join(err, cerr)
+			}
+			return fail(fmt.Errorf("statestore: open %s: write the replayed commits: %w", dbDir, err))
+		}
 	}
 	if n := opts.indexReservation(); n > 0 {
 		s.unreserve = cache.Reserve(int(n))
@@ -418,6 +435,7 @@ func (s *Store) recoverLogs() error {
 		}
 		s.floor = max(s.floor, rp.floor)
 		s.logNum = nums[len(nums)-1]
+		s.replayTorn = rp.torn
 		s.opts.Logger.Info("statestore: replayed commit logs", "dir", s.dir, "logs", len(nums),
 			"keys", rp.mem.len(), "seq", s.state.Seq, "torn_tail", rp.torn, "took", time.Since(start))
 	}
