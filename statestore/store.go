@@ -348,16 +348,16 @@ func (s *Store) load() (err error) {
 			return err
 		}
 	}
-	s.runs.Store(rs)
-	s.nextRun = rs.next
-	// A Mark saved before this Open has a NextRun of at most rs.next: runs
-	// made from now on are not merged with older ones until the next Mark.
-	s.barrier.Store(rs.next)
 	if !s.opts.ReadOnly {
 		if err := s.removeOrphans(rs); err != nil {
 			return err
 		}
 	}
+	s.runs.Store(rs)
+	s.nextRun = rs.next
+	// A Mark saved before this Open has a NextRun of at most rs.next: runs
+	// made from now on are not merged with older ones until the next Mark.
+	s.barrier.Store(rs.next)
 	if err := s.loadFilters(rs); err != nil {
 		return err
 	}
@@ -369,6 +369,14 @@ func (s *Store) load() (err error) {
 
 // removeOrphans deletes the runs a crash left between their ingest and the
 // batch naming them, and the sstables of runs that were never ingested.
+//
+// An orphan's id is at or past the registry's next id. The range deletion
+// hides its keys, but its sstables stay until Pebble compacts them away,
+// and Open (loadBlocks) takes every table in a run's key range for the
+// run's own: a new run given the orphan's id in its generation was read
+// with the orphan's tables, whose keys were never committed
+// (TestOrphanRunIDReused). The registry's next id therefore moves past
+// every orphan, in the batch that deletes them.
 func (s *Store) removeOrphans(rs *runSet) error {
 	if err := s.opts.FS.RemoveAll(s.opts.FS.PathJoin(s.dir, ingestDir)); err != nil {
 		return fmt.Errorf("statestore: remove %s: %w", ingestDir, err)
@@ -401,8 +409,14 @@ func (s *Store) removeOrphans(rs *runSet) error {
 	}
 	pb := s.db.NewBatch()
 	defer pb.Close()
+	next := rs.next
 	for _, o := range orphans {
 		_ = pb.DeleteRange(runStart(o[0], o[1]), runEnd(o[0], o[1]), nil)
+		next = max(next, o[1]+1)
+	}
+	if next > rs.next {
+		rs.next = next
+		_ = pb.Set(metaRunsKey, rs.encode(), nil)
 	}
 	s.opts.Logger.Info("statestore: removed runs a crash left unrecorded", "dir", s.dir, "runs", len(orphans))
 	return pb.Commit(pebble.Sync)
