@@ -21,8 +21,9 @@ import (
 // the run to a Pebble iterator, positioned after the last pack it gave
 // (runCursor.toPebble).
 
-// scanChunk is how many bytes of a run file a blockScan reads at once.
-const scanChunk = 256 << 10
+// scanChunk is how many bytes of a run file a blockScan reads at once (a
+// variable for the tests, which cut runs into chunks of a few blocks).
+var scanChunk = 256 << 10
 
 // errScanPebble says a blockScan met a block only Pebble decodes.
 var errScanPebble = errors.New("statestore: block read through Pebble")
@@ -104,7 +105,8 @@ func (b *blockScan) load() error {
 		}
 		b.chunk, b.at = b.raw[:n], off
 		if _, err := bf.f.ReadAt(b.chunk, int64(off)); err != nil {
-			return err
+			// Without where: "statestore: fatal: EOF" (TestMergeScanReadFault).
+			return fmt.Errorf("read %d bytes of %s at %d: %w", n, bf.path, off, err)
 		}
 	}
 	// The decoders need the block 8-byte aligned: a copy of it.

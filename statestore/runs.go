@@ -707,7 +707,7 @@ func (s *Store) mergeRuns(runs []run) (err error) {
 	for _, r := range runs {
 		c, err := s.openRunCursor(r, nil)
 		if err != nil {
-			return err
+			return fmt.Errorf("merge runs of generation %d: run %d: %w", gen, r.id, err)
 		}
 		srcs = append(srcs, c)
 	}
