@@ -505,7 +505,14 @@ func unsafeBytes(ws []uint64) []byte {
 // loadBlocks opens the blocks of the runs of rs (a registry just read at
 // Open, not yet in use): each run's files are the tables Pebble lists in
 // its key range, but for a bulk load's filter table. A run whose tables
-// are not all plain local files of its own is read through Pebble.
+// are not all plain local files of its own is read through Pebble: also
+// a run that only part of a table's range covers, wherever the table
+// starts. Pebble rewrites a run it ingested above the last level (its
+// range overlapped a range deletion's table there, e.g. an orphan's) with
+// the keys beside it, and cuts its compactions' output at the target file
+// size: a table from the metadata to the middle of a run, and the run's
+// rest in tables of its own. Taking only the latter for the run's files
+// lost the keys of the former (TestLoadBlocksSplitRun, "found false").
 func (s *Store) loadBlocks(rs *runSet) error {
 	levels, err := s.db.SSTables()
 	if err != nil {
@@ -517,20 +524,19 @@ func (s *Store) loadBlocks(rs *runSet) error {
 	}
 	type runKey struct{ gen, id uint64 }
 	files := map[runKey][]table{}
-	mixed := map[runKey]bool{}
+	// The bounds of the tables that are not one run's: every run they
+	// overlap is read through Pebble.
+	var shared []keySpan
 	fs := s.opts.FS
 	for _, tables := range levels {
 		for _, t := range tables {
 			gen, id, ok := parseRunOf(t.Smallest.UserKey)
-			if !ok {
+			lg, lid, lok := parseRunOf(t.Largest.UserKey)
+			if t.Virtual || t.BackingType != pebble.BackingTypeLocal || !ok || !lok || lg != gen || lid != id {
+				shared = append(shared, keySpan{t.Smallest.UserKey, t.Largest.UserKey, t.Largest.IsExclusiveSentinel()})
 				continue
 			}
 			k := runKey{gen, id}
-			lg, lid, lok := parseRunOf(t.Largest.UserKey)
-			if t.Virtual || t.BackingType != pebble.BackingTypeLocal || !lok || lg != gen || lid != id {
-				mixed[k] = true
-				continue
-			}
 			if len(t.Smallest.UserKey) == filterKeyLen {
 				continue // a table of filter chunks only
 			}
@@ -544,7 +550,7 @@ func (s *Store) loadBlocks(rs *runSet) error {
 		for i := range runs {
 			k := runKey{runs[i].gen, runs[i].id}
 			ts := files[k]
-			if mixed[k] || len(ts) == 0 {
+			if len(ts) == 0 || overlapsAny(shared, runStart(k.gen, k.id), runEnd(k.gen, k.id)) {
 				continue
 			}
 			slices.SortFunc(ts, func(a, b table) int { return bytes.Compare(a.smallest, b.smallest) })
@@ -557,4 +563,23 @@ func (s *Store) loadBlocks(rs *runSet) error {
 		}
 	}
 	return nil
+}
+
+// keySpan is a table's key range: from lo to hi, hi included unless the
+// table ends with a range deletion ending there (an orphan's, which ends
+// where the next run id starts).
+type keySpan struct {
+	lo, hi      []byte
+	hiExclusive bool
+}
+
+// overlapsAny reports whether one of spans overlaps [start, end).
+func overlapsAny(spans []keySpan, start, end []byte) bool {
+	for _, sp := range spans {
+		c := bytes.Compare(sp.hi, start)
+		if bytes.Compare(sp.lo, end) < 0 && (c > 0 || c == 0 && !sp.hiExclusive) {
+			return true
+		}
+	}
+	return false
 }
