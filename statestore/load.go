@@ -123,7 +123,13 @@ func (s *Store) finishLoad() error {
 	if !s.loading.Load() {
 		return nil
 	}
-	if s.loadBuf != nil && s.loadBuf.n > 0 {
+	// Even an empty buffer: its Loads' state (Seq) must be recorded before
+	// the next Commit is logged. Left out, the log held a Commit whose Seq
+	// followed a Load only memory knew of, and replay stopped at that gap:
+	// the Commit, and every later one, was lost after a crash, Flush or
+	// not (TestEmptyLoadThenCommit; a restore batch of unkeyed records
+	// loads no key).
+	if s.loadBuf != nil {
 		if err := s.handOverLoad(); err != nil {
 			return err
 		}
