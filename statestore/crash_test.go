@@ -154,12 +154,14 @@ type workload struct {
 	// of many buffers, written as runs as they fill, then ended by a
 	// Commit).
 	loadStreaks bool
+	// genCommits is how many commits a generation lasts (0: 25).
+	genCommits uint64
 }
 
 func (w *workload) step(s *Store, b *Batch) error {
 	i := w.committed + 1
 	if uint64(len(w.h.commitGen)) <= i {
-		gen := 1 + i/25
+		gen := 1 + i/max(w.genCommits, 25)
 		n := 1 + w.rng.IntN(120)
 		if w.rng.IntN(15) == 0 {
 			// No key: a cycle that emitted nothing, a restore batch of
@@ -228,17 +230,28 @@ func soakSeeds(def uint64) uint64 {
 }
 
 func TestCrashConsistency(t *testing.T) {
-	const commits = 400
-	for _, wal := range []bool{true, false} {
+	type variant struct {
+		wal bool
+		// merges: generations of 150 commits and indexes of 1024 keys,
+		// so that each holds enough runs to merge (the others rarely
+		// merge), and crash clones land in merges.
+		merges bool
+	}
+	for _, v := range []variant{{true, false}, {false, false}, {true, true}, {false, true}} {
+		wal := v.wal
 		for seed := uint64(1); seed <= soakSeeds(2); seed++ {
-			t.Run(fmt.Sprintf("wal=%t/seed=%d", wal, seed), func(t *testing.T) {
+			t.Run(fmt.Sprintf("wal=%t/merges=%t/seed=%d", wal, v.merges, seed), func(t *testing.T) {
+				commits := uint64(400)
 				fs := newCloneableMem()
 				opts := testOptions(fs)
 				opts.VersionMode = true
 				opts.DisableWAL = !wal
 				opts.MemTableSize = 128 << 10 // many flushes and compactions
-				s := mustOpen(t, "db", opts)
 				w := &workload{rng: rand.New(rand.NewPCG(seed, 7)), h: newHistory()}
+				if v.merges {
+					commits, opts.MemTableSize, w.genCommits = 700, 32<<10, 150
+				}
+				s := mustOpen(t, "db", opts)
 				b := s.NewBatch()
 				var points []crashPoint
 				for w.committed < commits {
@@ -250,6 +263,12 @@ func TestCrashConsistency(t *testing.T) {
 						clone := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: pc, RNG: w.rng})
 						points = append(points, crashPoint{fs: clone, committed: w.committed, floors: w.floors, durable: w.durable, unsyncedPc: pc})
 					}
+				}
+				if err := s.settle(); err != nil {
+					t.Fatal(err)
+				}
+				if v.merges && s.mergedKeys == 0 {
+					t.Fatal("no merge ran")
 				}
 				mustClose(t, s)
 				// A clean Close makes everything durable.
