@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -533,7 +534,11 @@ func (s *Store) loadBlocks(rs *runSet) error {
 			gen, id, ok := parseRunOf(t.Smallest.UserKey)
 			lg, lid, lok := parseRunOf(t.Largest.UserKey)
 			if t.Virtual || t.BackingType != pebble.BackingTypeLocal || !ok || !lok || lg != gen || lid != id {
-				shared = append(shared, keySpan{t.Smallest.UserKey, t.Largest.UserKey, t.Largest.IsExclusiveSentinel()})
+				sp := keySpan{lo: t.Smallest.UserKey, hi: t.Largest.UserKey, hiExclusive: t.Largest.IsExclusiveSentinel()}
+				if !t.Virtual && t.BackingType == pebble.BackingTypeLocal {
+					sp.path = fs.PathJoin(s.dir, "db", fmt.Sprintf("%s.sst", t.BackingSSTNum))
+				}
+				shared = append(shared, sp)
 				continue
 			}
 			k := runKey{gen, id}
@@ -550,7 +555,7 @@ func (s *Store) loadBlocks(rs *runSet) error {
 		for i := range runs {
 			k := runKey{runs[i].gen, runs[i].id}
 			ts := files[k]
-			if len(ts) == 0 || overlapsAny(shared, runStart(k.gen, k.id), runEnd(k.gen, k.id)) {
+			if len(ts) == 0 || s.sharesKeys(shared, runStart(k.gen, k.id), runEnd(k.gen, k.id)) {
 				continue
 			}
 			slices.SortFunc(ts, func(a, b table) int { return bytes.Compare(a.smallest, b.smallest) })
@@ -567,19 +572,62 @@ func (s *Store) loadBlocks(rs *runSet) error {
 
 // keySpan is a table's key range: from lo to hi, hi included unless the
 // table ends with a range deletion ending there (an orphan's, which ends
-// where the next run id starts).
+// where the next run id starts); path is its file ("": not a local one).
 type keySpan struct {
 	lo, hi      []byte
 	hiExclusive bool
+	path        string
 }
 
-// overlapsAny reports whether one of spans overlaps [start, end).
-func overlapsAny(spans []keySpan, start, end []byte) bool {
+// sharesKeys reports whether one of the tables spans holds a key in
+// [start, end), a run's range. A table whose range covers the run may
+// hold none of its keys: the metadata and an orphan's range deletion
+// after it span every run between them (until Pebble compacts the
+// deletion away), and reading all those through Pebble would slow their
+// reads for nothing, so such a table is asked (one seek). One that cannot
+// be asked counts as holding keys: the run is read through Pebble, which
+// is correct.
+func (s *Store) sharesKeys(spans []keySpan, start, end []byte) bool {
 	for _, sp := range spans {
 		c := bytes.Compare(sp.hi, start)
-		if bytes.Compare(sp.lo, end) < 0 && (c > 0 || c == 0 && !sp.hiExclusive) {
+		if bytes.Compare(sp.lo, end) >= 0 || c < 0 || c == 0 && sp.hiExclusive {
+			continue
+		}
+		if has, err := s.tableHoldsKeys(sp.path, start, end); has || err != nil {
 			return true
 		}
 	}
 	return false
+}
+
+// tableHoldsKeys reports whether the table at path holds a point key in
+// [start, end) (deleted or not).
+func (s *Store) tableHoldsKeys(path string, start, end []byte) (has bool, err error) {
+	if path == "" {
+		return true, nil
+	}
+	f, err := s.opts.FS.Open(path)
+	if err != nil {
+		return true, err
+	}
+	readable, err := sstable.NewSimpleReadable(f)
+	if err != nil {
+		_ = f.Close()
+		return true, err
+	}
+	r, err := sstable.NewReader(context.Background(), readable, sstable.ReaderOptions{
+		Comparer: s.cmp, KeySchemas: sstable.MakeKeySchemas(s.blockSchema),
+	})
+	if err != nil {
+		_ = readable.Close()
+		return true, err
+	}
+	defer r.Close()
+	it, err := r.NewIter(block.NoTransforms, start, end, sstable.AssertNoBlobHandles)
+	if err != nil {
+		return true, err
+	}
+	kv := it.First()
+	has = kv != nil
+	return has, errors.Join(it.Error(), it.Close())
 }

@@ -139,3 +139,44 @@ func TestLoadBlocksSplitRun(t *testing.T) {
 		t.Fatalf("generation 1 holds %d keys, want %d", n, len(keys))
 	}
 }
+
+// TestOrphanDeletionKeepsRunBlocks: the table that holds an orphan's range
+// deletion spans, from the metadata on, the key ranges of the runs before
+// the orphan, but holds none of their keys: a reopen still reads those
+// runs' blocks itself (counted as shared, they were read through Pebble,
+// slower, until Pebble compacted the deletion away).
+func TestOrphanDeletionKeepsRunBlocks(t *testing.T) {
+	base := newCloneableMem()
+	opts := testOptions(base)
+	opts.DisableWAL = true
+	opts.tune = func(po *pebble.Options) { po.DisableAutomaticCompactions = true }
+	s := mustOpen(t, "db", opts)
+	keys := fillIndexes(t, s, 1, 0, 1)
+	if err := s.settle(); err != nil {
+		t.Fatal(err)
+	}
+	var crashed *vfs.MemFS
+	s.hooks.flushWritten = func() {
+		s.hooks.flushWritten = nil
+		crashed = base.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 1))})
+	}
+	fillIndexes(t, s, 2, 100, 1)
+	if err := s.settle(); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, s)
+	opts.FS = &cloneableMem{MemFS: crashed}
+	s = mustOpen(t, "db", opts) // deletes the orphan
+	if err := s.w.do(func() error { return s.db.Flush() }); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, s)
+	s = mustOpen(t, "db", opts)
+	defer mustClose(t, s)
+	for _, r := range s.runs.Load().of(1) {
+		if r.blocks == nil {
+			t.Errorf("run %d of generation 1 is read through Pebble", r.id)
+		}
+	}
+	mustFind(t, s, 1, keys, "after the reopens")
+}
