@@ -283,7 +283,10 @@
 // state Pebble holds, in order, and stops at the first record that is torn,
 // fails its checksum or leaves a gap in the commit sequence; it then writes
 // what it replayed as runs and removes the logs, so a restart costs one
-// index's worth of replay whatever the store's size. In every case the store
+// index's worth of replay whatever the store's size. When the replay
+// stopped early, Open waits for that write: the log it stopped in must be
+// gone before a Commit is logged after it, or the next replay would stop
+// there again and lose the Commits since (TestTornLogThenNewCommits). In every case the store
 // reopens at some commit c with exactly the keys of commits <= c and its
 // floor, and Flush makes everything committed so far durable.
 //
