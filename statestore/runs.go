@@ -866,7 +866,12 @@ func (c *runCursor) newIter() (*pebble.Iterator, error) {
 // load decodes the pack at the iterator and moves to its first hash.
 func (c *runCursor) load() error {
 	if !c.ok {
-		return c.it.Error()
+		if err := c.it.Error(); err != nil {
+			// Pebble's error names no run ("merge runs of generation 1:
+			// EOF", TestMergeScanReadFault).
+			return fmt.Errorf("run %d through Pebble: %w", c.r.id, err)
+		}
+		return nil
 	}
 	_, _, last, ok := parseRunKey(c.it.Key())
 	if !ok {
