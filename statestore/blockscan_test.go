@@ -163,14 +163,7 @@ func TestMergeScanReadFault(t *testing.T) {
 					opts.FS = clone
 					s = mustOpen(t, "db", opts)
 					defer mustClose(t, s)
-					mustFind(t, s, 1, keys, "after the reopen")
-					n := 0
-					if err := s.ScanGeneration(1, func(partition.Hash, uint64) error { n++; return nil }); err != nil {
-						t.Fatal(err)
-					}
-					if n != len(keys) {
-						t.Fatalf("generation 1 holds %d keys, want %d", n, len(keys))
-					}
+					mustHoldExactly(t, s, 1, keys, "after the reopen")
 				})
 			}
 		}
@@ -224,14 +217,7 @@ func TestMergeScanCorruptBlock(t *testing.T) {
 				opts.FS = base.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(2, 2))})
 				s = mustOpen(t, "db", opts)
 				defer mustClose(t, s)
-				mustFind(t, s, 1, keys, "after the reopen")
-				n := 0
-				if err := s.ScanGeneration(1, func(partition.Hash, uint64) error { n++; return nil }); err != nil {
-					t.Fatal(err)
-				}
-				if n != len(keys) {
-					t.Fatalf("generation 1 holds %d keys, want %d", n, len(keys))
-				}
+				mustHoldExactly(t, s, 1, keys, "after the reopen")
 			})
 		}
 	}

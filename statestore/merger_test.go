@@ -36,6 +36,20 @@ func mustFind(t *testing.T, s *Store, gen uint64, keys []partition.Hash, what st
 	}
 }
 
+// mustHoldExactly fails t unless generation gen of s holds keys and no
+// other key: each found, and a scan counting as many.
+func mustHoldExactly(t *testing.T, s *Store, gen uint64, keys []partition.Hash, what string) {
+	t.Helper()
+	mustFind(t, s, gen, keys, what)
+	n := 0
+	if err := s.ScanGeneration(gen, func(partition.Hash, uint64) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(keys) {
+		t.Fatalf("%s: generation %d holds %d keys, want %d", what, gen, n, len(keys))
+	}
+}
+
 // TestFlushNotBehindMerge: while a merge runs (here: the merger is held),
 // Commits that fill index after index go on; their flushes do not wait for
 // the merger. Before the merger, a flush's merges ran on the worker ahead

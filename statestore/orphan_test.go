@@ -24,22 +24,7 @@ func TestOrphanRunIDReused(t *testing.T) {
 	// Pebble does not compact the orphan's table away before the store
 	// reopens (a large store's compactions take their time).
 	opts.tune = func(po *pebble.Options) { po.DisableAutomaticCompactions = true }
-	s := mustOpen(t, "db", opts)
-	var crashed *vfs.MemFS
-	s.hooks.flushWritten = func() {
-		s.hooks.flushWritten = nil
-		crashed = base.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 1))})
-	}
-	lost := fillIndexes(t, s, 1, 0, 1)
-	if err := s.settle(); err != nil {
-		t.Fatal(err)
-	}
-	mustClose(t, s)
-	if crashed == nil {
-		t.Fatal("no flush reached its hook")
-	}
-
-	opts.FS = &cloneableMem{MemFS: crashed}
+	s, lost := crashWithOrphan(t, mustOpen(t, "db", opts), base, &opts, 1, 0)
 	check := func(s *Store, keys []partition.Hash, what string) {
 		t.Helper()
 		for i, h := range lost {
@@ -47,16 +32,8 @@ func TestOrphanRunIDReused(t *testing.T) {
 				t.Fatalf("%s: key %d of the orphan run found (%t, %v): it was never committed", what, i, found, err)
 			}
 		}
-		mustFind(t, s, 1, keys, what)
-		n := 0
-		if err := s.ScanGeneration(1, func(partition.Hash, uint64) error { n++; return nil }); err != nil {
-			t.Fatal(err)
-		}
-		if n != len(keys) {
-			t.Fatalf("%s: generation 1 holds %d keys, want %d", what, n, len(keys))
-		}
+		mustHoldExactly(t, s, 1, keys, what)
 	}
-	s = mustOpen(t, "db", opts)
 	if st := s.State(); st.Seq != 0 {
 		t.Fatalf("reopened at seq %d, want 0", st.Seq)
 	}
@@ -92,22 +69,7 @@ func TestLoadBlocksSplitRun(t *testing.T) {
 			po.TargetFileSizes[i] = 64 << 10
 		}
 	}
-	s := mustOpen(t, "db", opts)
-	var crashed *vfs.MemFS
-	s.hooks.flushWritten = func() {
-		s.hooks.flushWritten = nil
-		crashed = base.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 1))})
-	}
-	fillIndexes(t, s, 2, 0, 1)
-	if err := s.settle(); err != nil {
-		t.Fatal(err)
-	}
-	mustClose(t, s)
-	if crashed == nil {
-		t.Fatal("no flush reached its hook")
-	}
-	opts.FS = &cloneableMem{MemFS: crashed}
-	s = mustOpen(t, "db", opts)
+	s, _ := crashWithOrphan(t, mustOpen(t, "db", opts), base, &opts, 2, 0)
 	keys := fillIndexes(t, s, 1, 100, 1)
 	if err := s.Compact(); err != nil {
 		t.Fatal(err)
@@ -130,14 +92,7 @@ func TestLoadBlocksSplitRun(t *testing.T) {
 	mustClose(t, s)
 	s = mustOpen(t, "db", opts)
 	defer mustClose(t, s)
-	mustFind(t, s, 1, keys, "after the reopen")
-	n := 0
-	if err := s.ScanGeneration(1, func(partition.Hash, uint64) error { n++; return nil }); err != nil {
-		t.Fatal(err)
-	}
-	if n != len(keys) {
-		t.Fatalf("generation 1 holds %d keys, want %d", n, len(keys))
-	}
+	mustHoldExactly(t, s, 1, keys, "after the reopen")
 }
 
 // TestOrphanDeletionKeepsRunBlocks: the table that holds an orphan's range
@@ -155,18 +110,7 @@ func TestOrphanDeletionKeepsRunBlocks(t *testing.T) {
 	if err := s.settle(); err != nil {
 		t.Fatal(err)
 	}
-	var crashed *vfs.MemFS
-	s.hooks.flushWritten = func() {
-		s.hooks.flushWritten = nil
-		crashed = base.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 1))})
-	}
-	fillIndexes(t, s, 2, 100, 1)
-	if err := s.settle(); err != nil {
-		t.Fatal(err)
-	}
-	mustClose(t, s)
-	opts.FS = &cloneableMem{MemFS: crashed}
-	s = mustOpen(t, "db", opts) // deletes the orphan
+	s, _ = crashWithOrphan(t, s, base, &opts, 2, 100) // the reopen deletes the orphan
 	if err := s.w.do(func() error { return s.db.Flush() }); err != nil {
 		t.Fatal(err)
 	}
@@ -179,4 +123,28 @@ func TestOrphanDeletionKeepsRunBlocks(t *testing.T) {
 		}
 	}
 	mustFind(t, s, 1, keys, "after the reopens")
+}
+
+// crashWithOrphan fills an index of generation gen in s (keys from first
+// on) and crashes s right after its flush wrote the run, before the run
+// was recorded (a clone of base keeping nothing unsynced), then reopens on
+// the clone (setting opts.FS). The run is an orphan, which the reopen
+// deletes; its keys were never committed.
+func crashWithOrphan(t *testing.T, s *Store, base *cloneableMem, opts *Options, gen uint64, first int) (*Store, []partition.Hash) {
+	t.Helper()
+	var crashed *vfs.MemFS
+	s.hooks.flushWritten = func() {
+		s.hooks.flushWritten = nil
+		crashed = base.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 100, RNG: rand.New(rand.NewPCG(1, 1))})
+	}
+	lost := fillIndexes(t, s, gen, first, 1)
+	if err := s.settle(); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, s)
+	if crashed == nil {
+		t.Fatal("no flush reached its hook")
+	}
+	opts.FS = &cloneableMem{MemFS: crashed}
+	return mustOpen(t, "db", *opts), lost
 }

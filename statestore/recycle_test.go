@@ -340,14 +340,7 @@ func TestRecycledWriteFault(t *testing.T) {
 			case seq != committed:
 				t.Fatalf("reopened at seq %d, want %d (or the failed commit's)", seq, committed)
 			}
-			mustFind(t, s, 1, keys, "after the reopen")
-			n := 0
-			if err := s.ScanGeneration(1, func(partition.Hash, uint64) error { n++; return nil }); err != nil {
-				t.Fatal(err)
-			}
-			if n != len(keys) {
-				t.Fatalf("generation 1 holds %d keys, want %d", n, len(keys))
-			}
+			mustHoldExactly(t, s, 1, keys, "after the reopen")
 		})
 	}
 }
