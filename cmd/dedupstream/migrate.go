@@ -46,7 +46,7 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) int {
 	if ms.From > 0 {
 		from = fmt.Sprint(ms.From)
 	}
-	fmt.Fprintf(stdout, "migrated job %q from %s to %d partitions: rebuilt partitions %v from %d output records (%d inserted); start the instances now\n",
-		cfg.Job.ID, from, ms.To, ms.Partitions, ms.Read, ms.Restored)
+	fmt.Fprintf(stdout, "migrated job %q from %s to %d partitions: rebuilt partitions %v from %d output records (%d inserted) and %d unread input records whose keys moved; start the instances now\n",
+		cfg.Job.ID, from, ms.To, ms.Partitions, ms.Read, ms.Restored, ms.Backlog)
 	return exitOK
 }
