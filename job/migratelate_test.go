@@ -1,7 +1,6 @@
 package job_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -39,16 +38,7 @@ func TestMigrateLateRecords(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("migrate: %+v", ms)
-			if lost {
-				if err := os.RemoveAll(cfg.State.Dir); err != nil {
-					t.Fatal(err)
-				}
-			}
-			e.produce([]*kgo.Record{rec(late, 101*time.Minute, 2)})
-			e.runToEnd(cfg)
-			if n := e.outputOf(late, T); n != 1 {
-				t.Errorf("key %q is %d times in the output, want once: emitted at clock T+60m, its replay 41m later on the stage clock", late, n)
-			}
+			e.replayLate(cfg, rec, late, T, lost)
 		})
 	}
 }

@@ -46,15 +46,7 @@ func TestOffsetResetLateRecords(t *testing.T) {
 	if st := e.runToEnd(cfg).job.Stats(); st.Emitted != 0 {
 		t.Fatalf("the replay emitted %d records, want 0", st.Emitted)
 	}
-
-	if err := os.RemoveAll(cfg.State.Dir); err != nil {
-		t.Fatal(err)
-	}
-	e.produce([]*kgo.Record{rec(late, 101*time.Minute, 2)})
-	e.runToEnd(cfg)
-	if n := e.outputOf(late, T); n != 1 {
-		t.Errorf("key %q is %d times in the output, want once: emitted at clock T+60m, its replay 41m later on the stage clock", late, n)
-	}
+	e.replayLate(cfg, rec, late, T, true)
 }
 
 // TestOffsetResetTailLateRecords: as above, but the stage died after the

@@ -60,19 +60,7 @@ func TestRestoreWindowLateRecords(t *testing.T) {
 			cfg.Dedup.Window = time.Hour
 			e.produce(first)
 			e.runToEnd(cfg)
-			if tc.removeState {
-				if err := os.RemoveAll(cfg.State.Dir); err != nil {
-					t.Fatal(err)
-				}
-			}
-			replay := rec(late, 101*time.Minute, 2)
-			replay.Topic = e.raw
-			e.produce([]*kgo.Record{replay})
-			e.runToEnd(cfg)
-
-			if n := e.outputOf(late, T); n != 1 {
-				t.Errorf("key %q is %d times in the output, want once: emitted at clock T+60m, its replay 41m later on the stage clock", late, n)
-			}
+			e.replayLate(cfg, rec, late, T, tc.removeState)
 		})
 	}
 }
@@ -139,6 +127,27 @@ func lateEnv(t *testing.T) (e *env, T time.Time, rec func(id string, at time.Dur
 	cfg = e.config("0, 1, 2, 3")
 	cfg.Dedup.Window = time.Hour
 	return e, T, orderAt(e.raw, T), cfg
+}
+
+// replayLate is the last step of the late-record tests: it removes the
+// state directory when removeState, produces the replay of key late
+// stamped T+101m and runs the job on it. The key must then be in the
+// output once: emitted at clock T+60m, its replay comes 41m later on the
+// stage clock (window 1h).
+func (e *env) replayLate(cfg *config.Config, rec func(id string, at time.Duration, msg int) *kgo.Record, late string, T time.Time, removeState bool) {
+	e.t.Helper()
+	if removeState {
+		if err := os.RemoveAll(cfg.State.Dir); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	replay := rec(late, 101*time.Minute, 2)
+	replay.Topic = e.raw
+	e.produce([]*kgo.Record{replay})
+	e.runToEnd(cfg)
+	if n := e.outputOf(late, T); n != 1 {
+		e.t.Errorf("key %q is %d times in the output, want once: emitted at clock T+60m, its replay 41m later on the stage clock", late, n)
+	}
 }
 
 // orderAt returns a maker of the late-record tests' records: an order of

@@ -1,7 +1,6 @@
 package job_test
 
 import (
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,17 +81,9 @@ func TestUnplacedMarksRerun(t *testing.T) {
 	if n := calls.Load(); n < 3 {
 		t.Fatalf("%d output produces of partition 0, want the held one, its resend and the cycle's rerun", n)
 	}
-
-	if err := os.RemoveAll(cfg.State.Dir); err != nil {
-		t.Fatal(err)
-	}
-	replay := rec(late, 101*time.Minute, 2)
-	e.produce([]*kgo.Record{replay})
-	e.runToEnd(cfg)
-	for _, id := range ids {
-		if n := e.outputOf(id, T); n != 1 {
-			t.Errorf("key %q is %d times in the output, want once", id, n)
-		}
+	e.replayLate(cfg, rec, late, T, true)
+	if n := e.outputOf(newer, T); n != 1 {
+		t.Errorf("key %q is %d times in the output, want once", newer, n)
 	}
 }
 
