@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/dedupstream/dedupstream/partition"
@@ -250,6 +252,37 @@ func (e *env) verify(w *jobtest.Workload, st job.Stats) {
 		e.t.Error("accounting: " + p)
 	}
 	e.t.Logf("in=%d out=%d dropped=%d dlq=%d escaped=%d lost=%d; job: %+v", rep.In, rep.Out, w.Dropped(), rep.DLQ, rep.Escaped, rep.Lost, st)
+}
+
+// crashAtFirstCommit returns an option for env.start whose job's stage dies
+// at the first Committed failpoint: after that cycle's transaction
+// committed and before its store commit, as under kill -9 there. Only a
+// cycle that read input commits, so on stores a cleanly stopped run left
+// it takes the first cycle of the new input; armed after waitCommitted
+// instead, it could take the warm cycle, whose offsets are visible before
+// its store commit (before the EndTxn answer on a real cluster). died
+// closes when it fired (env.waitDied).
+func crashAtFirstCommit() (opt func(*job.Options), died <-chan struct{}) {
+	var calls atomic.Int32
+	ch := make(chan struct{})
+	return func(o *job.Options) {
+		testhook.Set(o, testhook.Hooks{Failpoint: func(name string) {
+			if name == testhook.Committed && calls.Add(1) == 1 {
+				close(ch)
+				runtime.Goexit() // the stage stops here: no store commit
+			}
+		}})
+	}, ch
+}
+
+// waitDied waits until died closes (crashAtFirstCommit).
+func (e *env) waitDied(died <-chan struct{}) {
+	e.t.Helper()
+	select {
+	case <-died:
+	case <-time.After(60 * time.Second):
+		e.t.Fatal("the failpoint never fired")
+	}
 }
 
 // verifyOutput reads output and DLQ read_committed with kgo and checks G1,

@@ -2,13 +2,9 @@ package job_test
 
 import (
 	"os"
-	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/dedupstream/dedupstream/internal/testhook"
-	"github.com/dedupstream/dedupstream/job"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -70,23 +66,10 @@ func TestOffsetResetTailLateRecords(t *testing.T) {
 	// before its store commit.
 	e.produce([]*kgo.Record{rec(warm, 0, 1)})
 	e.runToEnd(cfg)
-	var calls atomic.Int32
-	died := make(chan struct{})
-	r1 := e.start(cfg, func(o *job.Options) {
-		testhook.Set(o, testhook.Hooks{Failpoint: func(name string) {
-			// Only a cycle that read input commits: the first is the tail's.
-			if name == testhook.Committed && calls.Add(1) == 1 {
-				close(died)
-				runtime.Goexit() // no store commit
-			}
-		}})
-	})
+	crash, died := crashAtFirstCommit() // the tail's cycle
+	r1 := e.start(cfg, crash)
 	e.produce([]*kgo.Record{rec(tail, 50*time.Minute, 1)})
-	select {
-	case <-died:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the failpoint never fired")
-	}
+	e.waitDied(died)
 	e.stop(r1)
 
 	zero := map[int32]int64{}

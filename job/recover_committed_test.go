@@ -1,13 +1,8 @@
 package job_test
 
 import (
-	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/dedupstream/dedupstream/internal/testhook"
-	"github.com/dedupstream/dedupstream/job"
 )
 
 // TestRecoverAfterCommittedCrash: a stage dies right after its transaction
@@ -31,24 +26,10 @@ func TestRecoverAfterCommittedCrash(t *testing.T) {
 	// cycle: its offsets are visible before its store commit, and a
 	// failpoint armed after waitCommitted could take it.
 	e.runToEnd(cfg)
-	var calls atomic.Int32
-	died := make(chan struct{})
-	r1 := e.start(cfg, func(o *job.Options) {
-		testhook.Set(o, testhook.Hooks{Failpoint: func(name string) {
-			// Only a cycle that read input commits: the first is one of
-			// the second half's.
-			if name == testhook.Committed && calls.Add(1) == 1 {
-				close(died)
-				runtime.Goexit() // the stage stops here: no store commit
-			}
-		}})
-	})
+	crash, died := crashAtFirstCommit() // a cycle of the second half
+	r1 := e.start(cfg, crash)
 	e.produce(firsts[half:])
-	select {
-	case <-died:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the failpoint never fired")
-	}
+	e.waitDied(died)
 	time.Sleep(200 * time.Millisecond) // let the other stages run on
 	e.stop(r1)
 

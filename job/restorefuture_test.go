@@ -3,13 +3,10 @@ package job_test
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -88,24 +85,17 @@ func TestRestoreFutureRecord(t *testing.T) {
 			// second run then restored nothing).
 			e.produce([]*kgo.Record{rec(a, W.Add(-10*time.Minute), 1)})
 			e.runToEnd(cfg)
-			var calls atomic.Int32
-			died := make(chan struct{})
-			r1 := e.start(cfg, func(o *job.Options) {
-				testhook.Set(o, testhook.Hooks{Failpoint: func(name string) {
-					// Only a cycle that read input commits: the first is f's.
-					if tc.kill && name == testhook.Committed && calls.Add(1) == 1 {
-						close(died)
-						runtime.Goexit() // no store commit
-					}
-				}})
-			})
+			var opts []func(*job.Options)
+			var died <-chan struct{}
+			if tc.kill {
+				var crash func(*job.Options)
+				crash, died = crashAtFirstCommit() // f's cycle
+				opts = append(opts, crash)
+			}
+			r1 := e.start(cfg, opts...)
 			e.produce([]*kgo.Record{rec(f, W.Add(tc.ahead), 1)})
 			if tc.kill {
-				select {
-				case <-died:
-				case <-time.After(60 * time.Second):
-					t.Fatal("the failpoint never fired")
-				}
+				e.waitDied(died)
 			} else {
 				e.waitCommitted(r1, 1, 60*time.Second)
 			}

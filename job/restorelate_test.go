@@ -3,14 +3,10 @@ package job_test
 import (
 	"fmt"
 	"os"
-	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dedupstream/dedupstream/config"
-	"github.com/dedupstream/dedupstream/internal/testhook"
-	"github.com/dedupstream/dedupstream/job"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -86,23 +82,10 @@ func TestRestoreTailLateRecords(t *testing.T) {
 	// under -race, and the second run then restored nothing).
 	e.produce([]*kgo.Record{rec(warm, time.Minute, 1)})
 	e.runToEnd(cfg)
-	var calls atomic.Int32
-	died := make(chan struct{})
-	r1 := e.start(cfg, func(o *job.Options) {
-		testhook.Set(o, testhook.Hooks{Failpoint: func(name string) {
-			// Only a cycle that read input commits: the first is the tail's.
-			if name == testhook.Committed && calls.Add(1) == 1 {
-				close(died)
-				runtime.Goexit() // no store commit
-			}
-		}})
-	})
+	crash, died := crashAtFirstCommit() // the tail's cycle
+	r1 := e.start(cfg, crash)
 	e.produce([]*kgo.Record{poisonAt(e.raw, T.Add(60*time.Minute)), rec(late, 0, 1)})
-	select {
-	case <-died:
-	case <-time.After(60 * time.Second):
-		t.Fatal("the failpoint never fired")
-	}
+	e.waitDied(died)
 	e.stop(r1)
 
 	e.produce([]*kgo.Record{rec(newer, 100*time.Minute, 1), rec(late, 101*time.Minute, 2)})
