@@ -244,3 +244,41 @@ func (j *Job) groupOffsets(ctx context.Context, n int) (map[string][]kafka.Offse
 		return nil, fmt.Errorf("read committed offsets of group %q: %w", j.cfg.Job.ID, res.Error)
 	}
 }
+
+// describeTopicConfig reads one configuration value of topic (its own or
+// the broker default it inherits) with DescribeConfigs.
+func (j *Job) describeTopicConfig(ctx context.Context, topic, name string) (string, error) {
+	cfgs, err := j.describeTopicConfigs(ctx, topic, name)
+	if err != nil {
+		return "", err
+	}
+	v, ok := cfgs[name]
+	if !ok {
+		return "", fmt.Errorf("%s missing from the answer", name)
+	}
+	return v, nil
+}
+
+// describeTopicConfigs reads configuration values of topic (its own or the
+// broker defaults it inherits) with one DescribeConfigs request; a name the
+// brokers do not answer is missing from the map.
+func (j *Job) describeTopicConfigs(ctx context.Context, topic string, names ...string) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := j.client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
+		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: names,
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	cfgs := make(map[string]string, len(names))
+	for _, r := range res.Resources {
+		if r.Error != nil {
+			return nil, r.Error
+		}
+		for _, e := range r.ConfigEntries {
+			cfgs[e.ConfigName] = e.ConfigValue
+		}
+	}
+	return cfgs, nil
+}

@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/dedupstream/dedupstream/sink"
-	"github.com/segmentio/kafka-go"
 )
 
 // Headers of a DLQ record cut down to fit the DLQ topic (see fitDLQ).
@@ -101,30 +99,6 @@ func (j *Job) describeMaxMessageBytes(ctx context.Context, topic string) (int, e
 		return 0, fmt.Errorf("%s = %q is not a positive integer", name, v)
 	}
 	return n, nil
-}
-
-// describeTopicConfig reads one configuration value of topic (its own or
-// the broker default it inherits) with DescribeConfigs.
-func (j *Job) describeTopicConfig(ctx context.Context, topic, name string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	res, err := j.client.DescribeConfigs(ctx, &kafka.DescribeConfigsRequest{Resources: []kafka.DescribeConfigRequestResource{{
-		ResourceType: kafka.ResourceTypeTopic, ResourceName: topic, ConfigNames: []string{name},
-	}}})
-	if err != nil {
-		return "", err
-	}
-	for _, r := range res.Resources {
-		if r.Error != nil {
-			return "", r.Error
-		}
-		for _, e := range r.ConfigEntries {
-			if e.ConfigName == name {
-				return e.ConfigValue, nil
-			}
-		}
-	}
-	return "", fmt.Errorf("%s missing from the answer", name)
 }
 
 // maxBatchBytes is the producers' sink.Config.MaxBatchBytes: configured

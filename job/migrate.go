@@ -63,6 +63,11 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 		return ms, err
 	}
 	lay, err := j.checkTopics(ctx)
+	if err == nil {
+		// Before any state is removed: the layout migrate records must
+		// stay.
+		err = j.checkPartitionsTopicConfig(ctx)
+	}
 	if err != nil {
 		return ms, err
 	}

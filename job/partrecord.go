@@ -22,7 +22,8 @@ import (
 // partition, <job.id>-partitions, where N is recorded in decimal under key
 // "partitions". Run claims it with the rest of the layout when the topic
 // holds none (recordclaim.go) and refuses to start when it holds another
-// N; Migrate writes the new N last.
+// N; Migrate writes the new N last. Both refuse a topic that retention may
+// empty (partretention.go).
 
 // partitionsRecordKey is the key of the record that holds N.
 const partitionsRecordKey = "partitions"

@@ -159,12 +159,19 @@ func (j *Job) readJobRecord(ctx context.Context, key string) (value []byte, offs
 // then the first claim's, ours or another instance's.
 func (j *Job) claimJobRecords(ctx context.Context, want map[string]string) (jobRecords, error) {
 	topic := PartitionsTopic(j.cfg.Job.ID)
+	if err := j.checkPartitionsTopicConfig(ctx); err != nil {
+		return nil, err
+	}
 	recs, err := j.readJobRecords(ctx)
 	if err != nil || !recs.missing(want) {
 		return recs, err // a job whose topic holds its layout needs no right to create it
 	}
 	j.opts.failpoint(testhook.JobRecordMissing)
 	if err := j.retryAdmin(ctx, "create topic "+topic, func() error { return j.createJobTopic(ctx) }); err != nil {
+		return nil, err
+	}
+	// Someone else may have created it first, under other configs.
+	if err := j.checkPartitionsTopicConfig(ctx); err != nil {
 		return nil, err
 	}
 	value := claimValue(want)
