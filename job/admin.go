@@ -21,6 +21,7 @@ type layout struct {
 	partitions    int // of the stages' input topics, the output topic and the job
 	dlqPartitions int
 	dlqMaxBytes   int            // the DLQ topic's max.message.bytes
+	outMaxBytes   int            // the output topic's max.message.bytes
 	raw           map[string]int // partition counts of the raw topics
 }
 
@@ -93,7 +94,8 @@ func (j *Job) checkTopics(ctx context.Context) (layout, error) {
 	if len(problems) > 0 {
 		return layout{}, fmt.Errorf("%w:\n%s", ErrTopics, strings.Join(problems, "\n"))
 	}
-	lay.dlqMaxBytes = j.maxMessageBytes(ctx, j.cfg.Output.DLQTopic)
+	lay.dlqMaxBytes = j.maxMessageBytes(ctx, "DLQ", j.cfg.Output.DLQTopic)
+	lay.outMaxBytes = j.maxMessageBytes(ctx, "output", j.cfg.Output.Topic)
 	return lay, nil
 }
 

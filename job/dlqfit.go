@@ -77,11 +77,11 @@ func fitDLQ(rec sink.Record, limit int) (sink.Record, bool) {
 // maxMessageBytes reads topic's max.message.bytes (the topic's own value or
 // the broker default it inherits) with DescribeConfigs. When the brokers do
 // not answer it (an ACL without DescribeConfigs), Kafka's default is
-// assumed and a warning says so.
-func (j *Job) maxMessageBytes(ctx context.Context, topic string) int {
+// assumed and a warning says so; role names the topic in it.
+func (j *Job) maxMessageBytes(ctx context.Context, role, topic string) int {
 	n, err := j.describeMaxMessageBytes(ctx, topic)
 	if err != nil {
-		j.log.Warn("cannot read the DLQ topic's max.message.bytes; assuming Kafka's default for cutting oversize DLQ copies",
+		j.log.Warn("cannot read the "+role+" topic's max.message.bytes; assuming Kafka's default for sizing batches and records",
 			"topic", topic, "assumed", defaultMaxMessageBytes, "err", err)
 		return defaultMaxMessageBytes
 	}
@@ -102,17 +102,24 @@ func (j *Job) describeMaxMessageBytes(ctx context.Context, topic string) (int, e
 }
 
 // maxBatchBytes is the producers' sink.Config.MaxBatchBytes: configured
-// (produce.batch_max_bytes; 0 means sink's default), lowered when the DLQ
-// topic takes less, so that a batch of many small DLQ records fits it too.
+// (produce.batch_max_bytes; 0 means sink's default), lowered when the
+// output or the DLQ topic takes less, so that a batch of many small records
+// fits either.
 func (l layout) maxBatchBytes(configured int) int {
-	if l.dlqMaxBytes <= 0 {
-		return configured
-	}
 	base := configured
 	if base <= 0 {
 		base = sink.DefaultMaxBatchBytes
 	}
-	return max(min(base, l.dlqMaxBytes-dlqSlack(l.dlqMaxBytes)-sink.SingleBatchSize(&sink.Record{})), 1024)
+	lowered := false
+	for _, limit := range []int{l.outMaxBytes, l.dlqMaxBytes} {
+		if limit > 0 {
+			base, lowered = min(base, limit-dlqSlack(limit)-sink.SingleBatchSize(&sink.Record{})), true
+		}
+	}
+	if !lowered {
+		return configured
+	}
+	return max(base, 1024)
 }
 
 // countTruncated adds a committed cycle's cut-down DLQ records to the job's

@@ -77,8 +77,8 @@ func TestFitDLQ(t *testing.T) {
 	}
 }
 
-// TestMaxBatchBytes: a DLQ topic smaller than the producer's default batch
-// lowers it, so a batch of many small DLQ records fits too.
+// TestMaxBatchBytes: an output or DLQ topic smaller than the producer's
+// default batch lowers it, so a batch of many small records fits too.
 func TestMaxBatchBytes(t *testing.T) {
 	if got := (layout{}).maxBatchBytes(0); got != 0 {
 		t.Errorf("unknown limit: %d, want 0 (the default)", got)
@@ -91,5 +91,12 @@ func TestMaxBatchBytes(t *testing.T) {
 	}
 	if got := (layout{dlqMaxBytes: 100_000}).maxBatchBytes(0); got <= 1024 || got+200 > 100_000 {
 		t.Errorf("DLQ limit 100000: batches of %d bytes", got)
+	}
+	// The output topic's limit counts the same way, the smaller one wins.
+	if got := (layout{outMaxBytes: 16384, dlqMaxBytes: 100_000}).maxBatchBytes(0); got <= 1024 || got+100 > 16384 {
+		t.Errorf("output limit 16384, DLQ limit 100000: batches of %d bytes", got)
+	}
+	if got, want := (layout{outMaxBytes: 100_000, dlqMaxBytes: 16384}).maxBatchBytes(0), (layout{outMaxBytes: 16384, dlqMaxBytes: 100_000}).maxBatchBytes(0); got != want {
+		t.Errorf("the smaller limit on the DLQ: batches of %d bytes, on the output %d", got, want)
 	}
 }

@@ -111,6 +111,14 @@
 // dedupstream_dlq_truncated_records_total as well as in
 // dedupstream_dlq_records_total.
 //
+// The output topic's max.message.bytes is read the same way: batches are
+// sized to fit the output and the DLQ topics, and a record that could not
+// fit the output alone goes to the DLQ as record_too_large, before its key
+// is looked up (dedup.max_record_bytes is lowered to it, with a warning
+// when the topic takes much less). A limit lowered while the job runs
+// stops it at the first batch the brokers refuse, nothing of the cycle
+// committed, with an error that says so; the next start reads it again.
+//
 // Readers must use isolation.level=read_committed. kafka-go's Reader does
 // not filter aborted transactions and returns transaction markers as
 // messages: it is not a correct reader of the output.

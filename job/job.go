@@ -342,6 +342,7 @@ func (j *Job) Run(ctx context.Context) error {
 		return err
 	}
 	j.checkOutputRetention(ctx)
+	j.fitOutput(layout)
 	if err := j.openMemory(); err != nil {
 		return err
 	}

@@ -71,6 +71,7 @@ func Migrate(ctx context.Context, cfg *config.Config, opts Options) (MigrateStat
 	if err != nil {
 		return ms, err
 	}
+	j.fitOutput(lay) // the backlog's records the stages dead-letter stay out
 	n := lay.partitions
 	ms.To = n
 	if ms.From, err = j.recordedPartitions(ctx, n); err != nil && !errors.Is(err, ErrPartitionCount) {

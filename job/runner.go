@@ -595,7 +595,7 @@ func (r *runner) commit(ctx context.Context, pos []int64, cycle *Stats) error {
 		}
 	}
 	if err != nil {
-		return r.abort(ctx, fmt.Errorf("commit input offsets %v: %w", pos, err))
+		return r.abort(ctx, fmt.Errorf("commit input offsets %v: %w%s", pos, err, r.lay.tooLarge(err)))
 	}
 	// The transaction committed: the output is the truth from here on. A
 	// failed store commit leaves the store behind, which recovery repairs.
