@@ -174,6 +174,13 @@ func (j *Job) claimJobRecords(ctx context.Context, want map[string]string) (jobR
 	if err := j.checkPartitionsTopicConfig(ctx); err != nil {
 		return nil, err
 	}
+	if _, ok := recs[partitionsRecordKey]; !ok {
+		// Before the claim: once the layout shows, no start comes here.
+		n, _ := strconv.Atoi(want[partitionsRecordKey])
+		if err := j.recordLostMoves(ctx, n); err != nil {
+			return nil, err
+		}
+	}
 	value := claimValue(want)
 	err = j.retryAdmin(ctx, "claim the job's layout in topic "+topic, func() error {
 		j.opts.failpoint(testhook.JobRecordClaim)

@@ -1,0 +1,70 @@
+package job_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dedupstream/dedupstream/job"
+	"github.com/dedupstream/dedupstream/job/jobtest"
+)
+
+// TestPartitionsTopicDeleted: after the topics grew from 4 to 6 and
+// migrate ran, someone deletes the partitions topic, between runs or
+// while the job runs. It held the ends of the output partitions at the
+// migration ("moved"), which a store that starts empty within the window
+// needs to learn the keys that moved to its partition. An instance that
+// then starts with an empty disk must still drop every replay of an old
+// key on its new partition (read back with kgo).
+func TestPartitionsTopicDeleted(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		live, keptRun bool // deleted under a running job; a run on the kept disks first
+	}{
+		{"between runs, the empty disk first", false, false},
+		{"between runs", false, true},
+		{"while running", true, true},
+	} {
+		live := tc.live
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			_, before, after := growWorkload(e, 3_000)
+			e.produce(before)
+			e.runToEnd(e.config("0, 1, 2, 3"))
+
+			growTopics(t, e, 6, e.raw, e.out)
+			cfg6 := e.config("0, 1, 2, 3, 4, 5")
+			if _, err := job.Migrate(e.ctx(120*time.Second), cfg6, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second}); err != nil {
+				t.Fatal(err)
+			}
+			if live {
+				r := e.start(cfg6)
+				time.Sleep(time.Second)
+				deleteTopic(t, e, job.PartitionsTopic(e.jobID))
+				time.Sleep(time.Second)
+				e.stop(r)
+			} else {
+				e.runToEnd(cfg6)
+				deleteTopic(t, e, job.PartitionsTopic(e.jobID))
+			}
+			if tc.keptRun {
+				e.runToEnd(cfg6) // it records the layout again
+			}
+
+			cfg6.State.Dir = t.TempDir() // the empty disk
+			p6, err := jobtest.NewProducer(e.brokers, e.clientOpts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(p6.Close)
+			if err := p6.Produce(e.ctx(30*time.Second), after); err != nil {
+				t.Fatal(err)
+			}
+			r := e.start(cfg6)
+			waitReplays(t, e, p6)
+			e.stop(r)
+			if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before) {
+				t.Errorf("an empty disk after the partitions topic was deleted: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
+			}
+		})
+	}
+}
