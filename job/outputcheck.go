@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -103,6 +104,20 @@ func (j *Job) checkOutputTopic(ctx context.Context, lay layout, recs jobRecords)
 
 // otherOutput is the refusal of an output topic that is not the one the
 // job's stores and committed offsets belong to.
+// otherJob adds to err, a refused partition count or route, a line saying
+// that the recorded output topic is not the configured one either, when it
+// is not: the config is perhaps another job's that reuses this job.id (a
+// copied file). The refusals above advise migrate, which would take the
+// id over from the job that runs under it.
+func (j *Job) otherJob(err error, recs jobRecords) error {
+	r, ok := recs[outputRecordKey]
+	if !ok || string(r.value) == j.cfg.Output.Topic || !errors.Is(err, ErrTopics) {
+		return err
+	}
+	return fmt.Errorf("%w\njob.id: topic %q records that job %q writes output topic %q, this config writes %q: if it is another job's config, give that job a job.id of its own "+
+		"(migrate would take this id over from the job that runs under it)", err, PartitionsTopic(j.cfg.Job.ID), j.cfg.Job.ID, r.value, j.cfg.Output.Topic)
+}
+
 func (j *Job) otherOutput(what string) error {
 	return fmt.Errorf("%w: output.topic: %s. The stores and the committed input offsets of job %q belong to the output it wrote; "+
 		"a store restored from this one would not know the keys emitted there, so their replays would pass. "+

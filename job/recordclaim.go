@@ -241,8 +241,8 @@ func (j *Job) checkLayoutRecords(ctx context.Context, lay layout) error {
 	if err == nil {
 		err = j.checkRouteRecord(recs)
 	}
-	if err == nil {
-		err = j.checkOutputTopic(ctx, lay, recs)
+	if err != nil {
+		return j.otherJob(err, recs)
 	}
-	return err
+	return j.checkOutputTopic(ctx, lay, recs)
 }
