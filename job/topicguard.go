@@ -43,6 +43,17 @@ import (
 // the same runs spent 3.2-4.2 s in the job. See docs/benchmarks.md,
 // "Fetch buffers sized once".
 
+// The DLQ topic is watched too, for another reason: stage p writes its DLQ
+// records to DLQ partition p modulo the count found at start. A DLQ topic
+// deleted and created again with fewer partitions (a tool's default of one)
+// left the stages whose DLQ partition was gone retrying AddPartitionsToTxn
+// for good, their input stalled behind the next bad record with no word of
+// why, until someone restarted the job. A DLQ that lost partitions stops
+// the job (exit 1) naming the counts; the next start spreads the DLQ
+// records over the new count. A DLQ missing from the metadata is left to
+// the producer, as before: the partitions without bad records go on
+// (TestDLQDeletedWhileRunning), and one grown changes nothing.
+
 // defaultTopicWatchEvery is how often a running job reads its topics'
 // partition counts when no commit asked.
 const defaultTopicWatchEvery = 30 * time.Second
@@ -53,6 +64,7 @@ type topicGuard struct {
 	j     *Job
 	want  map[string]int // topic -> partitions at start
 	names []string
+	dlq   string // the DLQ topic, watched only for partitions lost
 
 	mu       sync.Mutex
 	okSince  time.Time   // start of the newest check that found want
@@ -75,6 +87,9 @@ func newTopicGuard(j *Job, lay layout) *topicGuard {
 	}
 	for t, n := range lay.raw {
 		g.want[t] = n
+	}
+	if _, ok := g.want[j.cfg.Output.DLQTopic]; !ok && lay.dlqPartitions > 0 {
+		g.dlq, g.want[j.cfg.Output.DLQTopic] = j.cfg.Output.DLQTopic, lay.dlqPartitions
 	}
 	for t := range g.want {
 		g.names = append(g.names, t)
@@ -181,10 +196,15 @@ func (g *topicGuard) compare(counts map[string]int) error {
 		missing []error
 		grown   []string // "topic a -> b" of a stage input or the output
 		raw     []string // the same of a raw topic in repartition mode
+		dlqLost string   // the same of the DLQ topic with fewer partitions
 	)
 	for _, t := range g.names {
 		n, ok := counts[t]
 		switch {
+		case t == g.dlq:
+			if ok && n < g.want[t] {
+				dlqLost = fmt.Sprintf("%q %d -> %d", t, g.want[t], n)
+			}
 		case !ok:
 			missing = append(missing, fmt.Errorf("check the topics' partition counts: topic %q is not in the metadata", t))
 		case n == g.want[t]:
@@ -204,6 +224,9 @@ func (g *topicGuard) compare(counts map[string]int) error {
 	case len(raw) > 0:
 		return fatalf("input.topics: raw topics grew while job %q ran (%s): the route step reads only the partitions it found at start; "+
 			"start the job again to route the new ones (in repartition mode raw topics need no migration)", j.cfg.Job.ID, strings.Join(raw, ", "))
+	case dlqLost != "":
+		return fatalf("output.dlq_topic: the DLQ topic lost partitions while job %q ran (%s): the stages whose DLQ partition is gone cannot commit a cycle with a bad record; "+
+			"the job stopped with nothing of such a cycle committed, and its next start spreads the DLQ records over the partitions the topic has now", j.cfg.Job.ID, dlqLost)
 	}
 	return errors.Join(missing...)
 }
