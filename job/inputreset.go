@@ -24,11 +24,23 @@ import (
 // error naming the way out. Going on is safe for exactly once: what is read
 // again (after a recreated topic) meets the store like any replay, and what
 // retention removed was never read and is gone whatever the job does.
+//
+// Not on the repartition topic: its records were read by the route step,
+// which committed their raw offsets, so records that left it unread (the
+// topic deleted and created again, as a reset tool does with a job's
+// internal topics, or its retention ran out while the job was stopped with
+// a backlog there) are lost to the job although the raw topic may still
+// hold them, and going on from its start dropped them with a warning that
+// counted 0 skipped (TestRepartitionTopicLost). A stage stops instead
+// (exit 1), naming the route group whose offsets to move back so that the
+// route step writes them again; what it routes again that was emitted
+// before meets the store like any replay.
 
 // inputOptions returns fo for a reader of topic/partition in the stages'
-// or route steps' input, with the out-of-range policy of input.offset_reset.
+// or route steps' input, with the out-of-range policy of input.offset_reset
+// (always fail on the repartition topic).
 func (j *Job) inputOptions(fo fetch.Options, topic string, partition int) fetch.Options {
-	if j.cfg.Input.OffsetReset != "earliest" {
+	if j.cfg.Input.OffsetReset != "earliest" || topic == RepartitionTopic(j.cfg) {
 		return fo
 	}
 	fo.OutOfRange = fetch.OutOfRangeEarliest
@@ -80,6 +92,14 @@ func (j *Job) inputFailed(err error) error {
 	var oor *fetch.OutOfRangeError
 	if !errors.As(err, &oor) {
 		return err
+	}
+	if rt := RepartitionTopic(j.cfg); oor.Topic == rt {
+		return fmt.Errorf("%w: the repartition topic no longer holds records the route step wrote there and stage %d did not read "+
+			"(the topic was deleted and created again, or its retention ran out while the job was stopped); their raw offsets are committed. "+
+			"To route them again, stop the job, move group %q's offsets on the raw topics back to before that (kafka-consumer-groups.sh --group %s "+
+			"--reset-offsets --to-datetime ... --execute), and group %q's offsets on %q to its start (--to-earliest); records routed again that "+
+			"were emitted before are dropped as repeats. To accept the loss, move only group %q's offsets on %q", err, oor.Partition,
+			j.cfg.Job.ID+"-route", j.cfg.Job.ID+"-route", j.cfg.Job.ID, rt, j.cfg.Job.ID, rt)
 	}
 	return fmt.Errorf("%w; input.offset_reset is fail: set it to earliest to go on from the log start, or move group %q's offset "+
 		"(kafka-consumer-groups.sh --reset-offsets) and start again", err, j.cfg.Job.ID)
