@@ -115,7 +115,7 @@ func TestDLQRecreatedWithFewerPartitions(t *testing.T) {
 		t.Errorf("partition 3 committed up to offset %d, want 10 (held at the bad record)", c[3])
 	}
 
-	r = e.runToEnd(cfg)
+	e.runToEnd(cfg)
 	out, err := jobtest.ReadCommitted(e.ctx(60*time.Second), e.brokers, e.out, partitions)
 	if err != nil {
 		t.Fatal(err)
