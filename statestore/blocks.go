@@ -430,7 +430,7 @@ func (s *Store) seekBlock(br *blockRead, bf *blockFile, i int, key []byte, h par
 	}
 	p, err := decodePack(bd.RawBytes(cols + dataColValue).At(row))
 	if err != nil {
-		return 0, false, false, false, s.fatal.set(fmt.Errorf("data corruption in %s: block %d: %w", bf.path, off, err))
+		return 0, false, false, false, s.fatal.set(corruptf("data corruption in %s: block %d: %w", bf.path, off, err))
 	}
 	j, found := p.find(h)
 	if !found {
@@ -448,13 +448,13 @@ func (s *Store) seekBlock(br *blockRead, bf *blockFile, i int, key []byte, h par
 func (s *Store) decodeBlock(br *blockRead, bf *blockFile, off uint32, data, key []byte) (row, rows, frow int, ok bool, err error) {
 	bh := block.Handle{Offset: uint64(off), Length: uint64(len(data) - block.TrailerLen)}
 	if err := block.ValidateChecksum(bf.sum, data, bh); err != nil {
-		return 0, 0, 0, false, s.fatal.set(fmt.Errorf("data corruption in %s: %w", bf.path, err))
+		return 0, 0, 0, false, s.fatal.set(corruptf("data corruption in %s: %w", bf.path, err))
 	}
 	if data[bh.Length] != byte(block.NoCompressionIndicator) {
 		return 0, 0, 0, false, nil
 	}
 	if row, rows, frow, err = br.seek(s.blockSchema, data[:bh.Length], key); err != nil {
-		return 0, 0, 0, false, s.fatal.set(fmt.Errorf("data corruption in %s: block %d: %w", bf.path, off, err))
+		return 0, 0, 0, false, s.fatal.set(corruptf("data corruption in %s: block %d: %w", bf.path, off, err))
 	}
 	return row, rows, frow, true, nil
 }

@@ -96,7 +96,7 @@ func (b *blockScan) load() error {
 	bf := &b.rb.files[b.fi]
 	off, end := bf.offs[b.bi], bf.offs[b.bi+1]
 	if end <= off+block.TrailerLen {
-		return b.s.fatal.set(fmt.Errorf("data corruption in %s: data block %d spans %d-%d", bf.path, b.bi, off, end))
+		return b.s.fatal.set(corruptf("data corruption in %s: data block %d spans %d-%d", bf.path, b.bi, off, end))
 	}
 	if b.chunk == nil || off < b.at || end > b.at+uint32(len(b.chunk)) {
 		n := max(int(end-off), min(scanChunk, int(bf.offs[len(bf.offs)-1]-off)))

@@ -208,7 +208,7 @@ func TestMergeScanCorruptBlock(t *testing.T) {
 				if fs.hits.Load() == 0 {
 					t.Fatal("no read covered the corrupt byte")
 				}
-				if !errors.Is(err, ErrFatal) || !strings.Contains(err.Error(), "data corruption in ") {
+				if !errors.Is(err, ErrFatal) || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "data corruption in ") {
 					t.Fatalf("Err after a merge read a corrupt block: %v, want fatal data corruption", err)
 				}
 				t.Logf("fatal: %v", err)

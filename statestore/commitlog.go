@@ -184,7 +184,7 @@ func replayLogs(fs vfs.FS, dir string, nums []uint64, seq uint64) (*replay, erro
 			case len(p) > 0 && p[0] == recExpire:
 				floor, k := binary.Uvarint(p[1:])
 				if k <= 0 {
-					return nil, fmt.Errorf("commit log %s: corrupt expiry record", logName(n))
+					return nil, corruptf("commit log %s: corrupt expiry record", logName(n))
 				}
 				r.floor = max(r.floor, floor)
 			case len(p) > 0 && p[0] == recCommit:
@@ -212,7 +212,7 @@ func replayLogs(fs vfs.FS, dir string, nums []uint64, seq uint64) (*replay, erro
 	return r, nil
 }
 
-var errCorruptCommit = errors.New("corrupt commit record")
+var errCorruptCommit error = &corruptError{errors.New("corrupt commit record")}
 
 func decodeCommit(p []byte, es []entry) (State, []entry, error) {
 	var st State

@@ -344,7 +344,14 @@
 // race and invariants builds; there reads run on a read worker of the store
 // (readpath.go). After a fatal error Close returns it without closing Pebble
 // (its goroutines may be parked holding locks); the directory stays locked
-// until the process exits.
+// until the process exits. Corruption is the exception: a fatal error that
+// matches ErrCorrupt (a block failing its checksum or not decoding, a
+// Pebble corruption error, a metadata record that does not decode) is
+// found by a read, a flush or a compaction, none of which parks a
+// goroutine, so Close (and a failed Open) still drains the workers and
+// closes Pebble, and the directory can be moved aside and a new store
+// opened at its path in the same process (the job's state.on_corruption;
+// TestCorruptStoreReleases).
 //
 // # Reads
 //

@@ -18,6 +18,39 @@ import (
 // topic from the last durable checkpoint.
 var ErrFatal = errors.New("statestore: fatal")
 
+// ErrCorrupt is matched by the errors of a store whose files fail the
+// store's or Pebble's own checks: a block failing its checksum or not
+// decoding, a torn or garbled sstable, a MANIFEST Pebble cannot read, a
+// state, run registry or commit record that does not decode. Such a store
+// is fatal too (ErrFatal), and its directory will fail the same way at
+// every restart; the job treats it as a cache to rebuild from the output
+// topic (state.on_corruption). Faults of the environment (ENOSPC, EIO, a
+// permission denied) do not match it: they may pass, the files may not.
+var ErrCorrupt = errors.New("statestore: corrupt")
+
+// corruptError marks a cause as corruption (ErrCorrupt) and reads as the
+// cause alone, which names the file.
+type corruptError struct{ err error }
+
+func (e *corruptError) Error() string        { return e.err.Error() }
+func (e *corruptError) Unwrap() error        { return e.err }
+func (e *corruptError) Is(target error) bool { return target == ErrCorrupt }
+
+// corruptf is a corruption error (see ErrCorrupt).
+func corruptf(format string, args ...any) error {
+	return &corruptError{fmt.Errorf(format, args...)}
+}
+
+// markCorrupt marks err as corruption when Pebble says it is one
+// (pebble.ErrCorruption: a checksum mismatch, a malformed MANIFEST or
+// table); it returns any other error as it is.
+func markCorrupt(err error) error {
+	if err == nil || errors.Is(err, ErrCorrupt) || !errors.Is(err, pebble.ErrCorruption) {
+		return err
+	}
+	return &corruptError{err}
+}
+
 // fatalState records the first fatal error of one store. It exists before the
 // Store does because Pebble may report a fatal error inside pebble.Open.
 type fatalState struct {
@@ -25,6 +58,11 @@ type fatalState struct {
 	err  atomic.Pointer[error]
 	dead chan struct{} // closed once err is set
 	log  *slog.Logger
+	// parked is set once a goroutine was parked for good (park): a
+	// Fatalf, a write error, a panic on a worker. Until then the store's
+	// goroutines still run, and a store fatal through corruption alone
+	// can be closed (Store.release).
+	parked atomic.Bool
 }
 
 func newFatalState(log *slog.Logger) *fatalState {
@@ -41,6 +79,19 @@ func (f *fatalState) set(cause error) error {
 		close(f.dead)
 	})
 	return *f.err.Load()
+}
+
+// park records that the calling goroutine stops here for good, and stops
+// it: the store can no longer be closed (see parked).
+func (f *fatalState) park() {
+	f.parked.Store(true)
+	select {}
+}
+
+// releasable reports whether the store is fatal through corruption alone,
+// with none of its goroutines parked (see Store.release).
+func (f *fatalState) releasable() bool {
+	return errors.Is(f.get(), ErrCorrupt) && !f.parked.Load()
 }
 
 // get returns the fatal error or nil.
@@ -128,7 +179,7 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 		msg = "pebble: " + msg
 	}
 	l.fatal.set(errors.New(msg))
-	select {} // park this goroutine for good: never return to Pebble
+	l.fatal.park() // never return to Pebble
 }
 
 // eventListener reports Pebble events that need an operator's attention and
@@ -143,12 +194,12 @@ func eventListener(log *slog.Logger, fatal *fatalState) *pebble.EventListener {
 		},
 		FlushEnd: func(info pebble.FlushInfo) {
 			if info.Err != nil && !isEmptyFlush(info.Err) {
-				fatal.set(fmt.Errorf("flush failed: %w", info.Err))
+				fatal.set(markCorrupt(fmt.Errorf("flush failed: %w", info.Err)))
 			}
 		},
 		CompactionEnd: func(info pebble.CompactionInfo) {
 			if info.Err != nil && !errors.Is(info.Err, pebble.ErrCancelledCompaction) {
-				fatal.set(fmt.Errorf("compaction failed: %w", info.Err))
+				fatal.set(markCorrupt(fmt.Errorf("compaction failed: %w", info.Err)))
 			}
 		},
 		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
@@ -164,7 +215,7 @@ func eventListener(log *slog.Logger, fatal *fatalState) *pebble.EventListener {
 		// corruption error and the store reports the fatal error from
 		// then on (see readErr).
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
-			fatal.set(fmt.Errorf("data corruption in %s: %w", info.Path, info.Details))
+			fatal.set(corruptf("data corruption in %s: %w", info.Path, info.Details))
 		},
 		DiskSlow: func(info pebble.DiskSlowInfo) {
 			log.Warn("statestore: disk slow", "path", info.Path, "op", info.OpType.String(), "duration", info.Duration)

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/dedupstream/dedupstream/partition"
 )
 
 // errNoSpace is what the injector returns: a full disk.
@@ -153,6 +154,10 @@ func checkFatalReported(t *testing.T, s *Store, runErr error) {
 	if !strings.HasPrefix(s.Err().Error(), "statestore: fatal: ") {
 		t.Fatalf("Err() = %q, want a statestore: fatal: prefix", s.Err())
 	}
+	if errors.Is(runErr, ErrCorrupt) {
+		// The job would rebuild the store: a full disk is no reason to.
+		t.Fatalf("call failed with %q, which matches ErrCorrupt: only corruption may", runErr)
+	}
 	b := s.NewBatch()
 	b.Put(1, keyOf(1, 1), 1)
 	_, cerr := s.Commit(b, State{})
@@ -285,6 +290,10 @@ func checkFatalCall(t *testing.T, s *Store, what string, err error, planted stri
 	}
 	if !strings.Contains(err.Error(), planted) {
 		t.Fatalf("%s = %q, want the planted error %q", what, err, planted)
+	}
+	// Only corruption may match ErrCorrupt (the job rebuilds such a store).
+	if want := planted == "data corruption" || planted == "checksum mismatch"; errors.Is(err, ErrCorrupt) != want {
+		t.Fatalf("%s = %q: matches ErrCorrupt %v, want %v", what, err, !want, want)
 	}
 }
 
@@ -473,6 +482,59 @@ func TestReadCorruptionIsFatal(t *testing.T) {
 	})
 	checkFatalCall(t, s, "Lookup", err, "data corruption")
 	fs.armed.Store(false)
+}
+
+// TestCorruptStoreReleases: a store fatal through corruption alone lets go
+// of its directory on Close, so that the job can move the directory aside
+// and open a new store at the same path in the same process (Pebble's lock
+// is per path and process); a store fatal through a Fatalf keeps it.
+func TestCorruptStoreReleases(t *testing.T) {
+	fs := &sstReadFS{FS: vfs.NewMem(), onRead: func(p []byte) {
+		for i := range p {
+			p[i] ^= 0x5a
+		}
+	}}
+	s := readRuns(t, fs)
+	fs.armed.Store(true)
+	err := within(t, "Lookup of a corrupt run", func() error {
+		for i := range uint64(20000) {
+			if _, _, _, err := s.Lookup(keyOf(1, i), []uint64{1}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	fs.armed.Store(false)
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Lookup of a corrupt run = %v, want an error matching ErrCorrupt", err)
+	}
+	if err := within(t, "Close of a corrupt store", s.Close); !errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrFatal) {
+		t.Fatalf("Close of a corrupt store = %v, want the fatal corruption", err)
+	}
+	// The reads are clean again: the same directory opens and answers.
+	s = mustOpen(t, "db", testOptions(fs))
+	keys := make([]partition.Hash, 20000)
+	for i := range keys {
+		keys[i] = keyOf(1, uint64(i))
+	}
+	mustHoldExactly(t, s, 1, keys, "after the reopen")
+	mustClose(t, s)
+
+	// A Fatalf may have parked a goroutine holding Pebble's locks: the
+	// store stays open, and so does its lock.
+	var lg pebble.Logger
+	s = mustOpen(t, "db", testOptions(fs))
+	lg = s.po.Logger
+	go lg.Fatalf("planted Fatalf")
+	if err := within(t, "Close after a Fatalf", func() error {
+		<-s.fatal.dead
+		return s.Close()
+	}); errors.Is(err, ErrCorrupt) || !errors.Is(err, ErrFatal) {
+		t.Fatalf("Close after a Fatalf = %v, want the fatal error, not corruption", err)
+	}
+	if _, err := Open("db", testOptions(fs)); !errors.Is(err, ErrLocked) {
+		t.Fatalf("Open after a Fatalf = %v, want ErrLocked: the parked store keeps its lock", err)
+	}
 }
 
 // TestFatalfOnReadPath: in builds where Pebble compiles its read-path

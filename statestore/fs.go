@@ -39,7 +39,7 @@ func (g guardFS) Remove(name string) error {
 // fail records err as fatal and parks the calling goroutine for good.
 func (g guardFS) fail(op, name string, err error) {
 	g.fatal.set(fmt.Errorf("%s %s: %w", op, name, err))
-	select {}
+	g.fatal.park()
 }
 
 func (g guardFS) file(f vfs.File, name string) vfs.File {

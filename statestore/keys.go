@@ -130,7 +130,7 @@ func appendState(dst []byte, st State) []byte {
 	return append(dst, st.Checkpoint...)
 }
 
-var errCorruptState = errors.New("statestore: corrupt state record")
+var errCorruptState error = &corruptError{errors.New("statestore: corrupt state record")}
 
 func decodeState(v []byte) (State, error) {
 	if len(v) < 1 || v[0] != stateEncoding {

@@ -42,23 +42,23 @@ type packView struct {
 // decodePack checks a pack value's tag and length.
 func decodePack(v []byte) (packView, error) {
 	if len(v) < 1 {
-		return packView{}, fmt.Errorf("statestore: corrupt pack: empty value")
+		return packView{}, corruptf("statestore: corrupt pack: empty value")
 	}
 	body := v[1:]
 	switch v[0] {
 	case packTagHashes:
 		if len(body) == 0 || len(body)%16 != 0 {
-			return packView{}, fmt.Errorf("statestore: corrupt pack: %d bytes of hashes", len(body))
+			return packView{}, corruptf("statestore: corrupt pack: %d bytes of hashes", len(body))
 		}
 		return packView{hashes: body, n: len(body) / 16}, nil
 	case packTagVersions:
 		if len(body) == 0 || len(body)%24 != 0 {
-			return packView{}, fmt.Errorf("statestore: corrupt pack: %d bytes of hashes and versions", len(body))
+			return packView{}, corruptf("statestore: corrupt pack: %d bytes of hashes and versions", len(body))
 		}
 		n := len(body) / 24
 		return packView{hashes: body[:n*16], versions: body[n*16:], n: n}, nil
 	}
-	return packView{}, fmt.Errorf("statestore: corrupt pack: unknown tag %d", v[0])
+	return packView{}, corruptf("statestore: corrupt pack: unknown tag %d", v[0])
 }
 
 func (p *packView) hash(i int) partition.Hash {

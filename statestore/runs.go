@@ -182,7 +182,7 @@ func (rs *runSet) encode() []byte {
 	return b
 }
 
-var errCorruptRuns = errors.New("statestore: corrupt run registry")
+var errCorruptRuns error = &corruptError{errors.New("statestore: corrupt run registry")}
 
 func decodeRuns(v []byte) (*runSet, error) {
 	rs := &runSet{gens: map[uint64][]run{}}
@@ -875,7 +875,7 @@ func (c *runCursor) load() error {
 	}
 	_, _, last, ok := parseRunKey(c.it.Key())
 	if !ok {
-		return fmt.Errorf("corrupt key %x", c.it.Key())
+		return corruptf("corrupt key %x", c.it.Key())
 	}
 	v, err := c.it.ValueAndErr()
 	if err != nil {
@@ -885,7 +885,7 @@ func (c *runCursor) load() error {
 		return err
 	}
 	if c.pack.hash(c.pack.n-1) != last {
-		return fmt.Errorf("corrupt pack %x: its last hash is %x", c.it.Key(), c.pack.hashes[len(c.pack.hashes)-16:])
+		return corruptf("corrupt pack %x: its last hash is %x", c.it.Key(), c.pack.hashes[len(c.pack.hashes)-16:])
 	}
 	return nil
 }

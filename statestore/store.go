@@ -182,7 +182,7 @@ func Open(dir string, opts Options) (*Store, error) {
 		if isLockError(err) {
 			return fail(fmt.Errorf("%w: %s: %w", ErrLocked, dbDir, err))
 		}
-		return fail(fmt.Errorf("statestore: open %s: %w", dbDir, err))
+		return fail(fmt.Errorf("statestore: open %s: %w", dbDir, markCorrupt(err)))
 	}
 	s := &Store{
 		db:      db,
@@ -203,10 +203,17 @@ func Open(dir string, opts Options) (*Store, error) {
 	// with a synced batch and may hand the replayed logs to the flusher,
 	// which is the worker too (its queue has room for that job).
 	if err := w.do(s.load); err != nil {
-		if cerr := s.closeDB(); cerr != nil && !errors.Is(err, ErrFatal) {
+		if ferr := s.fatal.get(); ferr != nil {
+			// What the load met made the store fatal (data corruption a
+			// read of Pebble's found): that error names the file.
+			err = ferr
+			if rerr := s.release(); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		} else if cerr := s.closeDB(); cerr != nil && !errors.Is(err, ErrFatal) {
 			err = errors.Join(err, cerr)
 		}
-		return fail(fmt.Errorf("statestore: open %s: %w", dbDir, err))
+		return fail(fmt.Errorf("statestore: open %s: %w", dbDir, markCorrupt(err)))
 	}
 	if s.job != nil && s.replayTorn {
 		// The replay stopped at a torn record (or a gap): the logs it
@@ -335,7 +342,7 @@ func (s *Store) load() (err error) {
 		return err
 	} else if ok {
 		if len(v) != 8 {
-			return fmt.Errorf("statestore: corrupt expiry floor %x", v)
+			return corruptf("statestore: corrupt expiry floor %x", v)
 		}
 		s.floor = binary.BigEndian.Uint64(v)
 	}
@@ -394,7 +401,7 @@ func (s *Store) removeOrphans(rs *runSet) error {
 		gen, id, valid := parseRunOf(it.Key())
 		if !valid {
 			_ = it.Close()
-			return fmt.Errorf("statestore: corrupt key %x", it.Key())
+			return corruptf("statestore: corrupt key %x", it.Key())
 		}
 		if !rs.has(gen, id) {
 			orphans = append(orphans, [2]uint64{gen, id})
@@ -782,6 +789,9 @@ func (s *Store) Close() error {
 		s.opts.budget.detach(s)
 	}
 	if err := s.fatal.get(); err != nil {
+		if rerr := s.release(); rerr != nil {
+			return errors.Join(err, rerr)
+		}
 		return err
 	}
 	if s.opts.ReadOnly {
@@ -814,6 +824,12 @@ func (s *Store) Close() error {
 // abandoned: its inputs stay), then closes Pebble on the worker and ends the
 // worker and the read worker.
 func (s *Store) closeDB() error {
+	if err := s.fatal.get(); err != nil {
+		if rerr := s.release(); rerr != nil {
+			return errors.Join(err, rerr)
+		}
+		return err
+	}
 	if err := s.closeGetReader(); err != nil {
 		return err
 	}
@@ -844,4 +860,59 @@ func (s *Store) closeDB() error {
 	freeRegion(s.flushBuf) // the flusher's, and it has ended
 	s.flushBuf = nil
 	return s.stopReads()
+}
+
+// releaseTimeout bounds how long release waits for the store's goroutines
+// to finish what they had queued.
+const releaseTimeout = 30 * time.Second
+
+// release closes a store that is fatal through corruption alone, so that
+// its directory lock and files are let go and the directory can be moved
+// aside and a new store opened in its place within this process (Pebble's
+// lock is per path and per process). Corruption is found by reads, which
+// return it, or by a flush or compaction, which ends with it: no goroutine
+// is parked, so the workers drain their queues and Pebble closes. A store
+// fatal for any other reason (a parked goroutine may hold Pebble's locks)
+// is left open, as before: release returns nil and does nothing. It returns
+// an error when the store's goroutines did not end within releaseTimeout;
+// the directory then stays locked until the process exits.
+func (s *Store) release() error {
+	if !s.fatal.releasable() || s.db == nil {
+		return nil
+	}
+	db := s.db
+	s.db = nil
+	s.getMu.Lock()
+	_ = s.getRd.Close() // its iterators' errors are the corruption's
+	s.getMu.Unlock()
+	// The worker first: its flushes kick the merger, never the other way.
+	s.mg.mu.Lock()
+	s.mg.stopped = true
+	s.mg.mu.Unlock()
+	s.mg.quit.Store(true)
+	for _, w := range []*worker{s.w, s.mg.w, s.reads} {
+		if w != nil && !w.drain(releaseTimeout) {
+			return fmt.Errorf("statestore: %s: the store's goroutines did not end within %s; the directory stays locked until the process exits", s.dir, releaseTimeout)
+		}
+	}
+	s.regMu.Lock()
+	if rs := s.runs.Load(); rs != nil {
+		for _, runs := range rs.gens {
+			for _, r := range runs {
+				r.filter.drop()
+				r.blocks.drop()
+			}
+		}
+	}
+	s.regMu.Unlock()
+	if s.log != nil {
+		_ = s.log.close()
+		s.log = nil
+	}
+	freeRegion(s.flushBuf)
+	s.flushBuf = nil
+	// Pebble reports the corruption again here (its failed compactions);
+	// what matters is that it let go of the lock and its files.
+	_ = db.Close()
+	return nil
 }

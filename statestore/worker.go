@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // worker is a goroutine the store owns for as long as it is open. Every
@@ -58,7 +59,7 @@ func (w *worker) run(fn func()) {
 	defer func() {
 		if r := recover(); r != nil {
 			w.fatal.set(fmt.Errorf("pebble panic: %v", r))
-			select {}
+			w.fatal.park()
 		}
 	}()
 	fn()
@@ -115,6 +116,22 @@ func (w *worker) stop() error {
 		return nil
 	case <-w.fatal.dead:
 		return w.fatal.get()
+	}
+}
+
+// drain ends the worker once its queued tasks are done and waits for it,
+// up to d, also when the store is fatal: release uses it on a store fatal
+// through corruption, whose worker is not parked. It reports whether the
+// worker ended. Nothing is queued once the store is fatal (post).
+func (w *worker) drain(d time.Duration) bool {
+	w.once.Do(func() { close(w.tasks) })
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
