@@ -191,6 +191,18 @@ type State struct {
 	// CacheSize was the block cache of each store; Memory replaces it and
 	// a config that sets it is refused.
 	CacheSize ByteSize `yaml:"cache_size"`
+	// OnCorruption is what a stage does when its store's files fail their
+	// checks (a block failing its checksum, a garbled sstable, MANIFEST or
+	// checkpoint record): "restore" moves the directory aside to
+	// "<dir>/partition-<p>.corrupt-<unix time>" (the newest 3 are kept),
+	// opens a new store and restores it from the output topic as for a
+	// lost directory, and goes on; after 3 corruptions of a partition
+	// within an hour it stops instead (the disk is failing). "fail" stops
+	// the job with the error, and every restart meets the same corruption
+	// until the directory is removed. Faults of the disk itself (ENOSPC,
+	// EIO, permission denied) stop the job either way. The default value
+	// is "restore".
+	OnCorruption string `yaml:"on_corruption"`
 }
 
 // Commit bounds the commit cycle.
@@ -272,6 +284,7 @@ func (c *Config) ApplyDefaults() {
 	if c.State.Memory == 0 {
 		c.State.Memory = ByteSize(statestore.DefaultMemory)
 	}
+	def(&c.State.OnCorruption, "restore")
 	if c.Commit.Interval == 0 {
 		c.Commit.Interval = 100 * time.Millisecond
 	}
@@ -456,6 +469,7 @@ func (c *Config) validate(v *validator) {
 	if c.State.Dir == "" {
 		v.addf("state.dir", "required")
 	}
+	v.oneOf("state.on_corruption", c.State.OnCorruption, "restore", "fail")
 	if c.Commit.Interval <= 0 {
 		v.addf("commit.interval", "must be > 0, got %v", c.Commit.Interval)
 	}

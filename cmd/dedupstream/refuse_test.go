@@ -41,6 +41,7 @@ metrics: {listen: off}
 		{"transaction timeout near the interval", `transaction_timeout: 60s`, `transaction_timeout: 50ms`, 4, "kafka.transaction_timeout: must be far above commit.interval (100ms)"},
 		{"partition listed twice", `partitions: [0, 1]`, `partitions: [0, 0, 1]`, 7, "assignment.partitions[1]: partition 0 is listed twice"},
 		{"memtable of one byte", `memtable_size: 1MiB`, `memtable_size: 1`, 11, "state.memtable_size: must be between 32KiB and 4GiB, or 0 to derive it from state.memory, got 1"},
+		{"unknown corruption policy", `memtable_size: 1MiB}`, `memtable_size: 1MiB, on_corruption: wipe}`, 11, `state.on_corruption: must be one of restore, fail, got "wipe"`},
 		{"metrics listen nonsense", `listen: off`, `listen: nonsense`, 13, `metrics.listen: want host:port (127.0.0.1:9464, :9464) or "off", got "nonsense"`},
 		{"broker without port", `["127.0.0.1:1"]`, `["h1"]`, 3, `kafka.brokers[0]: want host:port, got "h1"`},
 		{"broker port out of range", `["127.0.0.1:1"]`, `["h1:99999"]`, 3, `kafka.brokers[0]: want a port in [1, 65535], got "99999"`},
