@@ -122,6 +122,11 @@ type InputOffset struct {
 
 var errCheckpoint = errors.New("job: corrupt checkpoint")
 
+// errCheckpointNewer matches a checkpoint of a newer build (errCheckpoint
+// too): the store is sound, only this build cannot read it, so
+// state.on_corruption leaves it alone (corrupt.go).
+var errCheckpointNewer = fmt.Errorf("%w", errCheckpoint)
+
 // Input returns the offset recorded for topic/partition, or -1.
 func (c Checkpoint) Input(topic string, partition int32) int64 {
 	for _, in := range c.Inputs {
@@ -188,7 +193,7 @@ func DecodeCheckpoint(b []byte) (Checkpoint, error) {
 	if version > maxCheckpointVersion {
 		// Most likely a newer build's, after a rollback: say what to do.
 		return c, fmt.Errorf("%w: version %d, this build reads versions %d to %d: a newer dedupstream wrote it; "+
-			"remove the state directory (the stage then restores it from the output)", errCheckpoint, b[0], checkpointVersion, maxCheckpointVersion)
+			"remove the state directory (the stage then restores it from the output)", errCheckpointNewer, b[0], checkpointVersion, maxCheckpointVersion)
 	}
 	if version < checkpointVersion {
 		return c, fmt.Errorf("%w: version %d, this build reads versions %d to %d", errCheckpoint, b[0], checkpointVersion, maxCheckpointVersion)

@@ -58,6 +58,10 @@ type driver struct {
 	// onFenced decides about a fencing (fenced.go): nil to recover in
 	// place, or the error to stop with. Unset: stop with fencedHint.
 	onFenced func(ctx context.Context, err error) error
+	// onCorrupt decides about a corrupt store (corrupt.go): nil to
+	// recover with the store it put in its place, or the error to stop
+	// with. Unset: stop with the corruption.
+	onCorrupt func(err error) error
 }
 
 // newDriver is a driver with the job's commit limits, backoff and
@@ -106,6 +110,15 @@ func (d *driver) run(ctx context.Context, t task) error {
 			continue // take the id back and recover
 		case k == fenced:
 			return fmt.Errorf("%s: fenced: %s: %w", d.name, d.fencedHint, err)
+		case k == corrupt && d.onCorrupt != nil:
+			// The cycle that met it was aborted (or had committed: the
+			// output holds it); the recovery restores the new store.
+			if err := d.onCorrupt(err); err != nil {
+				return fmt.Errorf("%s: %w", d.name, err)
+			}
+			continue
+		case k == corrupt:
+			return fmt.Errorf("%s: %w", d.name, err)
 		case ctx.Err() != nil && (k == transient || errors.Is(err, context.Canceled)):
 			if d.onStop != nil {
 				d.onStop(ctx)

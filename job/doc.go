@@ -196,8 +196,16 @@
 //     /readyz 503 (Job.Readiness) and sets dedupstream_broker_unreachable;
 //     when the brokers answer again it logs the outage's length. Requests
 //     are bounded by kafka.request_timeout and retried as above.
-//   - Fatal (state store failure, an input offset out of range, a broker
-//     answer that retrying cannot fix): the job stops with the error.
+//   - Corrupt state (statestore.ErrCorrupt, or a checkpoint that does not
+//     decode), at open or in a cycle: under state.on_corruption: restore
+//     the open cycle is aborted, the store's directory moved aside to
+//     "partition-<p>.corrupt-<unix time>", a new store opened and recovery
+//     runs again, restoring it as a new store; a partition corrupt 3 times
+//     within an hour, or state.on_corruption: fail, stops the job
+//     (corrupt.go, docs/outages.md).
+//   - Fatal (another state store failure, such as a full or failing disk;
+//     an input offset out of range, a broker answer that retrying cannot
+//     fix): the job stops with the error.
 //   - Shutdown: when Run's context ends, each stage stops fetching, commits
 //     the open cycle (bounded by Options.ShutdownTimeout), closes its store
 //     and Run returns nil.

@@ -48,6 +48,7 @@ var (
 	descRestored    = prometheus.NewDesc("dedupstream_restored_records_total", "Output records read back into a lagging state store in recovery.", lp, nil)
 	descUnkeyed     = prometheus.NewDesc("dedupstream_restore_unkeyed_records_total", "Output records a restore left out because they have no business key under the current dedup settings (emitted under another dedup.key, or written by another producer).", lp, nil)
 	descAmbiguous   = prometheus.NewDesc("dedupstream_ambiguous_commits_total", "Commit cycles whose EndTxn outcome was unknown (request timed out, connection lost), by what recovery found from the committed input offsets: committed, aborted, or timed_out (aborted by the transaction coordinator because the cycle stayed open past kafka.transaction_timeout: the process stood still or the brokers did not answer). Exactly-once holds in every case.", []string{"partition", "outcome"}, nil)
+	descCorrupt     = prometheus.NewDesc("dedupstream_state_corruptions_total", "Times the partition's state store was found corrupt (a block failing its checksum, a garbled sstable, MANIFEST or checkpoint record) and, under state.on_corruption: restore, moved aside and restored from the output topic.", lp, nil)
 	descMisroute    = prometheus.NewDesc("dedupstream_misrouted_records_total", "Input records found on another partition than the configured partitioner gives for their key.", lp, nil)
 	descCycle       = prometheus.NewDesc("dedupstream_cycle_duration_seconds", "Processing latency: from the first fetched batch of a commit cycle to the state commit after its transaction committed; every record of the cycle waited at most this long inside the job.", lp, nil)
 	descE2E         = prometheus.NewDesc("dedupstream_end_to_end_latency_seconds", "Per input record of a committed cycle: commit time minus the record timestamp (create time, or the broker's append time on LogAppendTime topics; records without a timestamp are left out); replays of old records land in the top buckets.", lp, nil)
@@ -74,7 +75,7 @@ var (
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descIn, descOut, descDropped, descDLQ, descRatio, descBloomCheck, descBloomNeg, descFP,
-		descStoreRead, descStoreWrite, descTxn, descRestored, descUnkeyed, descAmbiguous, descMisroute, descCycle, descE2E, descLag, descStateKeys,
+		descStoreRead, descStoreWrite, descTxn, descRestored, descUnkeyed, descAmbiguous, descCorrupt, descMisroute, descCycle, descE2E, descLag, descStateKeys,
 		descStateBytes, descDisk, descGen, descFill, descGenFPR, descSubFilters, descFPR, descRestoreLeft, descRestoreDone, descRecovery, descReady,
 		descAssigned, descGenerations, descRouteIn, descRouted, descDLQCut, descSkipped} {
 		ch <- d
@@ -144,6 +145,7 @@ func (pm *partMetrics) collect(ch chan<- prometheus.Metric, topics []string) {
 	counter(descRestored, pm.restored)
 	counter(descUnkeyed, pm.unkeyed)
 	counter(descMisroute, pm.misrouted)
+	counter(descCorrupt, pm.corruptions)
 	for i, v := range pm.ambiguous {
 		counter(descAmbiguous, v, ambiguousLabels[i])
 	}

@@ -31,6 +31,7 @@ type partMetrics struct {
 	unkeyed     uint64 // output records restores left out (pipeline.Restored.Unkeyed)
 	storeWrites uint64
 	ambiguous   [ambiguousOutcomes]uint64 // settled ambiguous commits by outcome
+	corruptions uint64                    // stores found corrupt (corrupt.go)
 	cycle, e2e  hist
 	restoreLeft int64
 	restoreFrac float64
@@ -201,6 +202,13 @@ var ambiguousLabels = [ambiguousOutcomes]string{"committed", "aborted", "timed_o
 func (m *stageMetrics) ambiguous(outcome int) {
 	m.pm.mu.Lock()
 	m.pm.ambiguous[outcome]++
+	m.pm.mu.Unlock()
+}
+
+// corrupt counts a store found corrupt.
+func (m *stageMetrics) corrupt() {
+	m.pm.mu.Lock()
+	m.pm.corruptions++
 	m.pm.mu.Unlock()
 }
 

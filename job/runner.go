@@ -145,6 +145,7 @@ const (
 	transient kind = iota // abort, back off, re-run recovery
 	fatal                 // stop the job with the error
 	fenced                // another producer owns the partition: stop
+	corrupt               // the stage's store is corrupt: state.on_corruption (corrupt.go)
 )
 
 // fatalError marks an error that retrying cannot fix.
@@ -176,6 +177,8 @@ func classify(err error) kind {
 	switch {
 	case errors.Is(err, sink.ErrFenced):
 		return fenced
+	case isCorrupt(err):
+		return corrupt
 	case errors.As(err, &fe), errors.As(err, &oor), errors.Is(err, sink.ErrState):
 		return fatal
 	case errors.As(err, &ae):
@@ -205,6 +208,9 @@ func (r *runner) run(ctx context.Context) (err error) {
 	defer r.in.close()
 	defer r.prod.Close()
 	defer func() {
+		if r.stage == nil {
+			return // a corrupt store was moved aside and no new one opened
+		}
 		if cerr := r.stage.Close(); cerr != nil && err == nil {
 			err = fmt.Errorf("partition %d: close state: %w", r.p, cerr)
 		}
@@ -220,6 +226,7 @@ func (r *runner) run(ctx context.Context) (err error) {
 	d.ready = r.setReady
 	d.onStop = r.settleOnExit
 	d.onFenced = r.onFenced // see fenced.go
+	d.onCorrupt = r.onCorrupt
 	return d.run(ctx, r)
 }
 
@@ -242,8 +249,25 @@ func (r *runner) open() error {
 	return nil
 }
 
-// openStage opens the stage on the partition's state directory.
+// openStage opens the stage on the partition's state directory. A store
+// found corrupt at open (its files, or a checkpoint that does not decode)
+// is moved aside and a new one opened, as state.on_corruption says
+// (corrupt.go).
 func (r *runner) openStage() error {
+	for {
+		err := r.openStageOnce()
+		if err == nil || !isCorrupt(err) {
+			return err
+		}
+		if err := r.moveCorrupt(err); err != nil {
+			return err
+		}
+	}
+}
+
+// openStageOnce opens the stage on the partition's state directory and
+// checks that its checkpoint decodes.
+func (r *runner) openStageOnce() error {
 	var err error
 	r.stage, err = pipeline.Open(r.j.stateDir(r.p), r.j.pc, pipeline.Options{
 		Clock:  r.j.opts.Clock,
@@ -252,6 +276,9 @@ func (r *runner) openStage() error {
 	})
 	if err != nil {
 		return fmt.Errorf("partition %d: open state: %w", r.p, err)
+	}
+	if _, err := DecodeCheckpoint(r.stage.State().Checkpoint); isCorrupt(err) {
+		return fmt.Errorf("partition %d: state %s: %w", r.p, r.j.stateDir(r.p), err)
 	}
 	return nil
 }
