@@ -520,6 +520,19 @@ func TestCorruptStoreReleases(t *testing.T) {
 	mustHoldExactly(t, s, 1, keys, "after the reopen")
 	mustClose(t, s)
 
+	// Corruption met inside Open (by pebble.Open's own reads in race
+	// builds, else by the load of the metadata) fails it and leaves the
+	// directory unlocked too.
+	fs.armed.Store(true)
+	_, err = Open("db", testOptions(fs))
+	fs.armed.Store(false)
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Open of a corrupt store = %v, want an error matching ErrCorrupt", err)
+	}
+	s = mustOpen(t, "db", testOptions(fs))
+	mustHoldExactly(t, s, 1, keys, "after the failed open")
+	mustClose(t, s)
+
 	// A Fatalf may have parked a goroutine holding Pebble's locks: the
 	// store stays open, and so does its lock.
 	var lg pebble.Logger

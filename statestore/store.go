@@ -178,6 +178,14 @@ func Open(dir string, opts Options) (*Store, error) {
 		db, err = pebble.Open(dbDir, po)
 		return err
 	})
+	if err != nil && fatal.releasable() && w.drain(releaseTimeout) && db != nil {
+		// Data corruption a read inside pebble.Open met (its event made
+		// the store fatal, which returned here at once) does not stop
+		// pebble.Open, which may then succeed: close what it opened, or
+		// its lock stays held (seen in race builds, whose invariant checks
+		// read tables at open).
+		_ = db.Close()
+	}
 	if err != nil {
 		if isLockError(err) {
 			return fail(fmt.Errorf("%w: %s: %w", ErrLocked, dbDir, err))
