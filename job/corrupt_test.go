@@ -6,12 +6,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/dedupstream/dedupstream/config"
+	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/pipeline"
 )
@@ -220,4 +222,77 @@ func TestCorruptStoreLoopGuard(t *testing.T) {
 	if _, err := os.Stat(tables[0]); err != nil {
 		t.Errorf("the corrupt table is gone: %v", err)
 	}
+}
+
+// garbageFS is the operating system's files, except that once armed every
+// read of an sstable returns its bytes flipped: a disk that returns
+// garbage for what it holds and for whatever is written to it next.
+type garbageFS struct {
+	vfs.FS
+	armed atomic.Bool
+}
+
+func (g *garbageFS) Open(name string, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := g.FS.Open(name, opts...)
+	if err != nil || !strings.HasSuffix(name, ".sst") {
+		return f, err
+	}
+	return garbageFile{File: f, fs: g}, nil
+}
+
+type garbageFile struct {
+	vfs.File
+	fs *garbageFS
+}
+
+func (f garbageFile) ReadAt(p []byte, off int64) (int, error) {
+	n, err := f.File.ReadAt(p, off)
+	if f.fs.armed.Load() {
+		for i := range p[:n] {
+			p[i] ^= 0x5a
+		}
+	}
+	return n, err
+}
+
+// TestCorruptStoreGarbageDisk: partition 0's disk starts returning garbage
+// while the job runs. The store a lookup (or Pebble in the background)
+// finds corrupt is moved aside, and so is each new one, found corrupt as
+// it opens, until the third in the hour: then the job stops with the error
+// listing the three, instead of restoring forever.
+func TestCorruptStoreGarbageDisk(t *testing.T) {
+	e := newEnv(t)
+	w := e.workload(86, 5_000, 2_000)
+	firsts := w.Records[:len(w.Records)-2_000]
+	cfg := e.config("0, 1, 2, 3")
+	e.produce(firsts)
+	e.runToEnd(cfg)
+
+	disk := &garbageFS{FS: vfs.Default}
+	r := e.start(cfg, func(o *job.Options) {
+		testhook.Set(o, testhook.Hooks{StoreFS: func(p int) vfs.FS {
+			if p == 0 {
+				return disk
+			}
+			return nil
+		}})
+	})
+	// Every stage recovered: the store is open and the garbage starts
+	// under a running cycle.
+	for deadline := time.Now().Add(30 * time.Second); r.job.Stats().Ready < partitions; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stages ready: %d of %d", r.job.Stats().Ready, partitions)
+		}
+	}
+	disk.armed.Store(true)
+	e.produce(w.Records[len(firsts):]) // replays: lookups of partition 0's runs
+	err := r.wait(t, 60*time.Second)
+	if err == nil || !strings.Contains(err.Error(), "restored 3 times within 1h0m0s") {
+		t.Fatalf("job exited with %v, want a stop after 3 corruptions within the hour", err)
+	}
+	t.Logf("job stopped: %v", err)
+	if aside := corruptDirs(t, cfg, 0); len(aside) != 3 {
+		t.Errorf("directories moved aside: %v, want 3", aside)
+	}
+	checkCollector(t, r.job, map[string]float64{"dedupstream_state_corruptions_total": 3})
 }
