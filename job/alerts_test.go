@@ -99,7 +99,7 @@ func TestAlertAndDashboardMetrics(t *testing.T) {
 	alerts, panels := expressions(t)
 	for _, name := range []string{"DedupstreamDuplicateRatioHigh", "DedupstreamInterceptedDuplicatesUp",
 		"DedupstreamProcessingLatencyHigh", "DedupstreamConsumerLagGrowing", "DedupstreamDLQRecords",
-		"DedupstreamBrokersUnreachable", "DedupstreamTransactionsTimedOut"} {
+		"DedupstreamBrokersUnreachable", "DedupstreamTransactionsTimedOut", "DedupstreamStateCorrupt"} {
 		if len(alerts[name]) == 0 {
 			t.Errorf("%s lacks alert %s", alertsFile, name)
 		}
