@@ -2,16 +2,19 @@ package job_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
@@ -295,4 +298,49 @@ func TestCorruptStoreGarbageDisk(t *testing.T) {
 		t.Errorf("directories moved aside: %v, want 3", aside)
 	}
 	checkCollector(t, r.job, map[string]float64{"dedupstream_state_corruptions_total": 3})
+}
+
+// TestDiskFullIsNotCorruption: a state disk that fails writes with ENOSPC
+// is not corrupt: the files are sound and the fault may pass, so the job
+// stops with the store's fatal error as before, nothing is moved aside and
+// no corruption is counted.
+func TestDiskFullIsNotCorruption(t *testing.T) {
+	e := newEnv(t)
+	w := e.workload(87, 5_000, 0)
+	cfg := e.config("0, 1, 2, 3")
+	cfg.State.MemTableSize = 64 << 10 // flushes, so writes, come often
+	var armed atomic.Bool
+	full := errorfs.InjectorFunc(func(op errorfs.Op) error {
+		switch op.Kind {
+		case errorfs.OpFileWrite, errorfs.OpFileWriteAt, errorfs.OpCreate:
+			if armed.Load() {
+				return fmt.Errorf("injected: write %s: %w", op.Path, syscall.ENOSPC)
+			}
+		}
+		return nil
+	})
+	r := e.start(cfg, func(o *job.Options) {
+		testhook.Set(o, testhook.Hooks{StoreFS: func(p int) vfs.FS {
+			if p == 0 {
+				return errorfs.Wrap(vfs.Default, full)
+			}
+			return nil
+		}})
+	})
+	for deadline := time.Now().Add(30 * time.Second); r.job.Stats().Ready < partitions; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stages ready: %d of %d", r.job.Stats().Ready, partitions)
+		}
+	}
+	armed.Store(true)
+	e.produce(w.Records)
+	err := r.wait(t, 60*time.Second)
+	if err == nil || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "statestore: fatal:") {
+		t.Fatalf("job exited with %v, want the store's fatal ENOSPC", err)
+	}
+	t.Logf("job stopped: %v", err)
+	if aside := corruptDirs(t, cfg, 0); len(aside) != 0 {
+		t.Errorf("directories moved aside for a full disk: %v", aside)
+	}
+	checkCollector(t, r.job, map[string]float64{"dedupstream_state_corruptions_total": 0})
 }
