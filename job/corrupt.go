@@ -66,7 +66,21 @@ func (r *runner) onCorrupt(err error) error {
 	if err := r.moveCorrupt(err); err != nil {
 		return err
 	}
-	return r.openStage()
+	return r.stuckCorrupt(r.openStage())
+}
+
+// stuckCorrupt explains err, the failure of the open after a corrupt store
+// was moved aside, when the store's directory lock was still held: the
+// corrupt store could not be closed (a goroutine of it stuck in Pebble:
+// statestore.Store.Close releases only a store fatal through corruption
+// alone), and Pebble's lock is per path and process. A restart of the
+// process opens the new store.
+func (r *runner) stuckCorrupt(err error) error {
+	if !errors.Is(err, statestore.ErrLocked) {
+		return err
+	}
+	return fatalf("the corrupt store was moved aside but could not be closed in this process, so no new store opens in its place: %w; "+
+		"restart the process: the new store then restores from output %s/%d", err, r.j.cfg.Output.Topic, r.p)
 }
 
 // moveCorrupt closes the stage's corrupt store (cause says how it was

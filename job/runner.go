@@ -254,8 +254,11 @@ func (r *runner) open() error {
 // is moved aside and a new one opened, as state.on_corruption says
 // (corrupt.go).
 func (r *runner) openStage() error {
-	for {
+	for moved := false; ; moved = true {
 		err := r.openStageOnce()
+		if moved {
+			err = r.stuckCorrupt(err)
+		}
 		if err == nil || !isCorrupt(err) {
 			return err
 		}
