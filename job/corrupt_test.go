@@ -19,6 +19,7 @@ import (
 	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/pipeline"
+	"github.com/dedupstream/dedupstream/statestore"
 )
 
 // corruptStore flips bytes inside a data block of partition p's store
@@ -119,28 +120,61 @@ func corruptDirs(t *testing.T, cfg *config.Config, p int) []string {
 	return dirs
 }
 
-// TestCorruptStoreRestored: a store whose tables were corrupted on disk
-// between two runs (a run's data block, which a lookup of a repeated key
-// reads; or a metadata table, which Open reads) is moved aside and
-// restored from the output under state.on_corruption's default, and the
-// job goes on: the replays of the keys emitted before are all dropped and
-// every key is in the output once (read back with kgo), the corruption is
-// counted once, and the corrupt directory is kept beside the new one.
+// garbleCheckpoint commits a checkpoint cut to its first two bytes to
+// partition p's store: a record the store keeps intact (its checksums
+// pass) that the job cannot decode. It returns the store's directory,
+// relative to the stage's.
+func garbleCheckpoint(t *testing.T, cfg *config.Config, p int) string {
+	t.Helper()
+	s, err := statestore.Open(filepath.Join(job.StateDir(cfg.State.Dir, p), pipeline.StoreDir), statestore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.State()
+	if len(st.Checkpoint) < 3 {
+		t.Fatalf("partition %d's store holds a checkpoint of %d bytes", p, len(st.Checkpoint))
+	}
+	if _, err := s.Commit(s.NewBatch(), statestore.State{Generation: st.Generation, Checkpoint: st.Checkpoint[:2]}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return pipeline.StoreDir
+}
+
+// TestCorruptStoreRestored: a store corrupted on disk between two runs (a
+// run's data block, which a lookup of a repeated key reads; a metadata
+// table, which Open reads; a checkpoint record that does not decode) is
+// moved aside and restored from the output under state.on_corruption's
+// default, and the job goes on: the replays of the keys emitted before are
+// all dropped and every key is in the output once (read back with kgo),
+// the corruption is counted once, and the corrupt directory is kept beside
+// the new one.
 func TestCorruptStoreRestored(t *testing.T) {
-	for _, metadata := range []bool{false, true} {
-		name := "run data block read by a lookup"
-		if metadata {
-			name = "metadata table read at open"
+	table := func(metadata bool) func(*testing.T, *config.Config, int) string {
+		return func(t *testing.T, cfg *config.Config, p int) string {
+			tables := corruptStore(t, cfg, p, metadata)
+			t.Logf("corrupted %v", tables)
+			return filepath.Join(pipeline.StoreDir, "db", filepath.Base(tables[0]))
 		}
-		t.Run(name, func(t *testing.T) {
+	}
+	for _, c := range []struct {
+		name    string
+		corrupt func(*testing.T, *config.Config, int) string // returns a path the corrupt directory must keep
+	}{
+		{"run data block read by a lookup", table(false)},
+		{"metadata table read at open", table(true)},
+		{"checkpoint that does not decode", garbleCheckpoint},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
 			w := e.workload(83, 5_000, 2_000)
 			firsts := w.Records[:len(w.Records)-2_000]
 			cfg := e.config("0, 1, 2, 3")
 			e.produce(firsts)
 			e.runToEnd(cfg)
-			tables := corruptStore(t, cfg, 0, metadata)
-			t.Logf("corrupted %v", tables)
+			kept := c.corrupt(t, cfg, 0)
 
 			e.produce(w.Records[len(firsts):]) // replays of keys emitted before
 			r := e.runToEnd(cfg)
@@ -152,8 +186,8 @@ func TestCorruptStoreRestored(t *testing.T) {
 			if len(aside) != 1 {
 				t.Fatalf("corrupt directories moved aside: %v, want 1", aside)
 			}
-			if _, err := os.Stat(filepath.Join(aside[0], pipeline.StoreDir, "db", filepath.Base(tables[0]))); err != nil {
-				t.Errorf("the corrupt table is not kept in %s: %v", aside[0], err)
+			if _, err := os.Stat(filepath.Join(aside[0], kept)); err != nil {
+				t.Errorf("%s is not kept in %s: %v", kept, aside[0], err)
 			}
 			rep := e.verifyOutput(w)
 			t.Logf("in=%d out=%d escaped=%d lost=%d", rep.In, rep.Out, rep.Escaped, rep.Lost)
