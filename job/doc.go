@@ -234,6 +234,8 @@
 // consumer-group generations with the balancer of package job/balance;
 // admin.go holds the Kafka admin look-ups (the topic check at start-up, the
 // groups' committed offsets); checkpoint.go is the checkpoint codec;
+// corrupt.go what a stage does with a corrupt store (state.on_corruption:
+// move it aside, restore a new one, stop when it keeps happening);
 // records.go turns fetched records into the stage's; metrics.go is the
 // Prometheus collector, metrics_stage.go what stages publish to it and
 // metrics_hist.go the bulk-filled histogram; memory.go the run's one state
