@@ -190,6 +190,13 @@ func (l pebbleLogger) Fatalf(format string, args ...any) {
 func eventListener(log *slog.Logger, fatal *fatalState) *pebble.EventListener {
 	return &pebble.EventListener{
 		BackgroundError: func(err error) {
+			if fatal.get() != nil {
+				// The store is done for and said why once; Pebble's
+				// table stats and compactions meet the same corrupt
+				// table over and over until Close (dozens of lines,
+				// each with a stack trace).
+				return
+			}
 			log.Error("statestore: pebble background error", "err", err)
 		},
 		FlushEnd: func(info pebble.FlushInfo) {
