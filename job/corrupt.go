@@ -86,7 +86,8 @@ func (r *runner) stuckCorrupt(err error) error {
 // moveCorrupt closes the stage's corrupt store (cause says how it was
 // found) and moves its directory aside, unless state.on_corruption is fail
 // or the partition's store was corrupt corruptLimit times within
-// corruptPeriod: it then returns the error to stop with. It leaves
+// corruptPeriod: it then returns the error to stop with and leaves the
+// store open and in place for the caller's Close. Otherwise it leaves
 // r.stage nil.
 func (r *runner) moveCorrupt(cause error) error {
 	root, dir := r.j.cfg.State.Dir, r.j.stateDir(r.p)
