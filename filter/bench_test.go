@@ -155,7 +155,7 @@ func BenchmarkAdvance(b *testing.B) {
 			}
 			b.Run(name, func(b *testing.B) {
 				f := mustNew(b, benchConfig(w.perGen), 3)
-				b.SetBytes(int64(len(f.slots[0].words) * 8))
+				b.SetBytes(int64(f.m / 8))
 				b.ReportAllocs()
 				gen := f.Current()
 				for b.Loop() {

@@ -150,6 +150,7 @@ func (c Config) maxSubs() int {
 
 // shape is the size of one sub-filter.
 type shape struct {
-	m, k uint64 // bits (a multiple of blockBits) and probes
+	m, k uint64 // bits (a multiple of the block's) and probes
+	log  uint64 // log2 of the block's bits
 	full uint64 // bits set at which it is full: its rate is fullFactor * rate
 }

@@ -79,21 +79,33 @@ func TestConfigApplyDefaults(t *testing.T) {
 	}
 }
 
-// TestConfigSizing pins the sizing rule: each generation gets
-// bloom.EstimateParameters for KeysPerGeneration at
-// FalsePositiveRate/Generations.
+// TestConfigSizing pins the sizing rule: each generation's first
+// sub-filter is sized for KeysPerGeneration at FalsePositiveRate/Generations
+// with the smallest block (128, 256 or 512 bits) that needs at most
+// laneSlack times the bits of 512-bit blocks, and grown ones use 512-bit
+// blocks.
 func TestConfigSizing(t *testing.T) {
 	f := mustNew(t, Config{KeysPerGeneration: 2_500_000, FalsePositiveRate: 0.01, Generations: 4}, 3)
-	// Blocked: whole 512-bit blocks; at 0.25 % per generation a blocked
-	// filter needs 13.17 bits per key with k = 8, where a classic one needs
-	// 12.47 with k = 9 (TestFalsePositiveRateAtCapacity checks the rate).
-	if f.m%blockBits != 0 || f.k != 8 {
-		t.Fatalf("m, k = %d, %d, want a multiple of %d, 8", f.m, f.k, blockBits)
+	// At 0.25 % per generation a filter of 128-bit blocks needs 15.24 bits
+	// per key with k = 7, one of 512-bit blocks 13.17 with k = 8, a
+	// classic one 12.47 with k = 9 (TestFalsePositiveRateAtCapacity checks
+	// the rate).
+	if f.log != 7 || f.m%128 != 0 || f.k != 7 || f.stride != 4*2 {
+		t.Fatalf("block 2^%d bits, m %d, k %d, stride %d words: want 128-bit blocks, k = 7, 4 generations in 8 words", f.log, f.m, f.k, f.stride)
 	}
-	if got := f.BytesPerKey(); got < 1.64 || got > 1.66 {
-		t.Fatalf("BytesPerKey() = %.3f, want 13.17 bits/8 = ~1.65", got)
+	if got := f.BytesPerKey(); got < 1.89 || got > 1.92 {
+		t.Fatalf("BytesPerKey() = %.3f, want 15.24 bits/8 = ~1.905", got)
 	}
-	if rate := blockedRate(float64(2_500_000*blockBits)/float64(f.m), int(f.k)); rate > 0.0025 || rate < 0.0024 {
+	if rate := blockedRate(float64(2_500_000*128)/float64(f.m), int(f.k), 128); rate > 0.0025 || rate < 0.0024 {
 		t.Fatalf("modelled rate at capacity %.5f, want just below 0.0025", rate)
+	}
+	if sh := f.cfg.shape(1); sh.log != 9 || sh.m%512 != 0 {
+		t.Fatalf("grown sub-filter: 2^%d-bit blocks, m %d; want 512-bit blocks", sh.log, sh.m)
+	}
+	// A tight rate: 128-bit blocks would need 1.4 times the bits, 256-bit
+	// ones 1.13 times: two generations per cache line.
+	tight := mustNew(t, Config{KeysPerGeneration: 100_000, FalsePositiveRate: 0.001, Generations: 5}, 3)
+	if tight.log != 8 || tight.stride != 5*4 {
+		t.Fatalf("p = 0.1 %%, 5 generations: block 2^%d bits, stride %d words; want 256-bit blocks, stride 20", tight.log, tight.stride)
 	}
 }

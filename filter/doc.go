@@ -23,18 +23,26 @@
 // # Sizing
 //
 // Every sub-filter is a blocked Bloom filter: a key's k bits all fall into
-// one 512-bit block, one 64-byte cache line, picked by the high word of its
-// hash. A generation's first sub-filter is sized for KeysPerGeneration keys
-// at FalsePositiveRate/G, from the exact rate of a blocked filter (the keys
-// per block are Poisson distributed) rather than the classic formula. An
-// absent key is a false positive if any live generation says maybe, so by
-// the union bound the rate of Test with every generation at capacity is at
-// most G * p/G = p. Blocks fill unevenly, so for the same rate a blocked
-// filter takes a few more bits than a classic one: at p = 1% and G = 4, 13.2
-// bits per key (k = 8) against 12.5 (k = 9); at p = 0.1% and G = 5, 19.9
-// against 17.7. In exchange Test reads one cache line per generation and
-// Add writes one, where the classic layout touched up to k lines each; on a
-// large window every one of them is a cache miss.
+// one block, picked by the high word of its hash. A generation's first
+// sub-filter is sized for KeysPerGeneration keys at FalsePositiveRate/G,
+// from the exact rate of a blocked filter (the keys per block are Poisson
+// distributed) rather than the classic formula. An absent key is a false
+// positive if any live generation says maybe, so by the union bound the
+// rate of Test with every generation at capacity is at most G * p/G = p.
+//
+// The first sub-filters of all generations share one array of rows (see
+// Probing), and their blocks are the smallest of 128, 256 and 512 bits
+// that needs at most 1.2 times the bits per key of 512-bit blocks. Blocks
+// fill unevenly, the smaller the more, so for the same rate a blocked
+// filter takes more bits than a classic one: at p = 1% and G = 4 (the
+// default), 128-bit blocks and 15.2 bits per key (k = 7), against 13.2
+// with 512-bit blocks (k = 8) and 12.5 classic (k = 9); at p = 0.1% and
+// G = 5, 256-bit blocks (128-bit ones would take 1.4 times the bits). In
+// exchange Test reads one cache line for all generations and Add writes
+// one, where the classic layout touched up to k lines per generation; on a
+// large window every one of them is a cache miss. Grown sub-filters have
+// 512-bit blocks, each in a bitset of its own: at their tighter rates small
+// blocks would cost far more bits.
 //
 // # Growth
 //
@@ -64,18 +72,28 @@
 //
 // The block is the high word of the key's 128-bit hash (xxh3-128, computed
 // once per record) reduced into [0, blocks) by a multiply-shift, and the k
-// positions inside it are the top 9 bits of successive products of the low
-// word by an odd constant. The k bits are gathered into an 8-word pattern
-// once per key; a sub-filter holds the key if pattern AND NOT block is zero,
-// which needs no data-dependent branch. All first sub-filters share m and
-// k, so the pattern and the block offset are computed once for all
-// generations, and the CPU overlaps the generations' cache misses. Feeding
-// the 16 hash bytes to bloom's Test and Add instead would hash them again
-// with murmur3 and touch k cache lines per generation.
+// positions inside it are the top log2(block bits) bits of successive
+// products of the low word by an odd constant. The k bits are gathered
+// into a pattern of the block's words once per key; a sub-filter holds the
+// key if pattern AND NOT block is zero, which needs no data-dependent
+// branch. Feeding the 16 hash bytes to bloom's Test and Add instead would
+// hash them again with murmur3 and touch k cache lines per generation.
 //
-// MaskAll, the stage's probe of a chunk of records, prefetches the blocks
-// of the key 16 places ahead in every generation while it tests the
-// current one, so that the misses of many keys are in flight at once.
+// All first sub-filters share their shape, so the pattern and the block
+// index are computed once for all generations, and their blocks of one
+// index lie side by side: row b of the rows holds block b of the slot of
+// every generation (slot i at words b*stride + i*blockWords, stride = G
+// blocks). With the default 4 generations of 128-bit blocks a row is one
+// 64-byte cache line, so an absent key, which every generation must
+// reject, costs one cache miss instead of four. On a 100M-key window
+// (BenchmarkFront100M with a prototype of the rows beside the filter as it
+// was, in the same run, CPU per probed key, 3 rounds): the rows 44-49 ns,
+// four bitsets of 512-bit blocks 186-204 on huge pages and 106-123 in the
+// Go heap.
+//
+// MaskAll, the stage's probe of a chunk of records, prefetches the row of
+// the key 16 places ahead while it tests the current one, so that the
+// misses of many keys are in flight at once.
 // MaskAllAdd, what the stage calls, also adds every key it finds new to
 // the newest generation right after probing it, while the block is in the
 // cache and with the pattern already computed; an Add after the whole
@@ -95,14 +113,17 @@
 // window (BenchmarkFront100M, CPU per key, medians of 3 interleaved rounds):
 // MaskAll with loads ahead 810 ns in the Go heap, 532 ns on huge pages;
 // with prefetches 562 and 261 ns. Smaller bitsets, and all of them on other systems, are
-// ordinary slices. A mapping is unmapped when its sub-filter leaves the
-// window, and the rest when the Filter is garbage collected; the mappings
+// ordinary slices. A grown sub-filter's mapping is unmapped when its
+// generation leaves the window, and the rows when the Filter is garbage
+// collected; the mappings
 // are outside the Go heap (RSS, not runtime.MemStats). Where the kernel
 // has no huge page free it uses 4 KiB pages: /proc/PID/smaps_rollup's
 // AnonHugePages shows how much of the process is on huge pages.
 //
-// The bloom/v3 filters remain the storage: they own the bitsets, clear them
-// and write them to snapshots. Their own Test and Add methods use another
+// The bloom/v3 filters own the bitsets of grown sub-filters; the rows of
+// the first sub-filters are the Filter's own. Snapshots write every
+// sub-filter in bloom's WriteTo format, a first sub-filter's blocks
+// gathered from its lane of the rows. bloom's own Test and Add use another
 // layout and are never called on a Filter's sub-filters.
 //
 // # No false negatives
@@ -128,7 +149,7 @@
 //
 //	offset size
 //	 0      8   magic "DSBLOOM\x00"
-//	 8      2   format version (3)
+//	 8      2   format version (4)
 //	10      2   flags: bit 0 set if bitset words are little-endian
 //	12      4   generations
 //	16      8   keys per generation
@@ -143,9 +164,10 @@
 //	        8   generation
 //	        8   Add/AddTo calls
 //	        4   sub-filters n, 1 to MaxSubFilters
-//	        n x (24+8*ceil(m_i/64))  bloom.BloomFilter.WriteTo of sub-filter
-//	                         i: m_i, k_i, bitset length, words (bitset byte
-//	                         order, big-endian by default)
+//	        n x (24+8*ceil(m_i/64))  bloom.BloomFilter.WriteTo format of
+//	                         sub-filter i: m_i, k_i, bitset length, words
+//	                         in block order (bitset byte order, big-endian
+//	                         by default)
 //	then    4   CRC-32C (Castagnoli) of everything before it
 //
 // The sizes of the sub-filters follow from the Config; ReadFrom checks each
@@ -153,9 +175,10 @@
 // allocate more than the configuration allows. ReadFrom accepts a snapshot
 // only for an identical Config, the same m and k and the same process-wide
 // bitset byte order; otherwise it returns a *MismatchError. Formats 1 (one
-// classic bitset per generation, before generations grew) and 2 (without
-// the mark) are refused with a *MismatchError too: the stage then rebuilds
-// the filter from a scan of the store, once, after the upgrade. Bad magic, checksums, sizes or generation
+// classic bitset per generation, before generations grew), 2 (without
+// the mark) and 3 (512-bit blocks for every sub-filter) are refused with a
+// *MismatchError too: the stage then rebuilds the filter from a scan of
+// the store, once, after the upgrade. Bad magic, checksums, sizes or generation
 // numbers and truncation give a *CorruptError. ReadConfig checks the same
 // header as ReadFrom. SaveFile writes through a temporary file, fsync and
 // rename; LoadFile also rejects trailing bytes.

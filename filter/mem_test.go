@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,9 +49,10 @@ func vmaOf(t *testing.T, addr uintptr) map[string]string {
 	return nil
 }
 
-// TestBitsetsOnHugePages proves a large filter's bitsets are mapped at a
-// huge-page boundary in mappings the kernel may back with huge pages
-// (THPeligible), and that they are not in the Go heap's mappings.
+// TestBitsetsOnHugePages proves a large filter's rows (the first
+// sub-filters of every generation) are mapped at a huge-page boundary in a
+// mapping the kernel may back with huge pages (THPeligible), and that they
+// are not in the Go heap's mappings.
 func TestBitsetsOnHugePages(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("huge pages are mapped on Linux only")
@@ -59,27 +61,26 @@ func TestBitsetsOnHugePages(t *testing.T) {
 		t.Skipf("transparent huge pages are off: %q %v", b, err)
 	}
 	f := mustNew(t, memCfg, 0)
-	for i := range f.slots {
-		w := f.slots[i].words
-		addr := uintptr(unsafe.Pointer(unsafe.SliceData(w)))
-		if addr%hugePageSize != 0 {
-			t.Errorf("slot %d: bitset at %#x, not at a huge-page boundary", i, addr)
-		}
-		if vma := vmaOf(t, addr); vma["THPeligible"] != "1" {
-			t.Errorf("slot %d: mapping of the bitset at %#x: THPeligible %q, want 1 (MADV_HUGEPAGE)", i, addr, vma["THPeligible"])
-		}
+	w := f.rows
+	addr := uintptr(unsafe.Pointer(unsafe.SliceData(w)))
+	if addr%hugePageSize != 0 {
+		t.Errorf("rows at %#x, not at a huge-page boundary", addr)
 	}
-	if got, want := f.mem.mapped(), 4*(len(f.slots[0].words)*8+hugePageSize); got < 4*len(f.slots[0].words)*8 || got > want+4*hugePageSize {
-		t.Errorf("mapped %d bytes for 4 bitsets of %d", got, len(f.slots[0].words)*8)
+	if vma := vmaOf(t, addr); vma["THPeligible"] != "1" {
+		t.Errorf("mapping of the rows at %#x: THPeligible %q, want 1 (MADV_HUGEPAGE)", addr, vma["THPeligible"])
+	}
+	if n := uint64(len(w)) * 64; n != uint64(memCfg.Generations)*f.m {
+		t.Errorf("rows of %d bits for %d generations of %d", n, memCfg.Generations, f.m)
+	}
+	if got, want := f.mem.mapped(), len(w)*8+2*hugePageSize; got < len(w)*8 || got > want {
+		t.Errorf("mapped %d bytes for rows of %d", got, len(w)*8)
 	}
 	// Write every page: the kernel backs the mapping with huge pages
 	// where it has them free (not asserted: memory may be fragmented).
-	for i := range f.slots {
-		for j := 0; j < len(f.slots[i].words); j += 512 {
-			f.slots[i].words[j] = 1
-		}
+	for j := 0; j < len(w); j += 512 {
+		w[j] = 1
 	}
-	t.Logf("after touching %d MB of bitsets: %s", 4*len(f.slots[0].words)*8>>20, anonHugePages(t))
+	t.Logf("after touching %d MB of rows: %s", len(w)*8>>20, anonHugePages(t))
 	runtime.KeepAlive(f)
 }
 
@@ -173,10 +174,10 @@ func TestSnapshotOfMappedBitsets(t *testing.T) {
 		}
 		for j := range gs.subs {
 			sb := &gs.subs[j]
-			if !g.mem.owns(sb.words) || !slicesEqualWords(sb.words, sb.bf.BitSet().Words()) {
+			if !g.mem.owns(sb.words) || (sb.bf != nil && !slicesEqualWords(sb.words, sb.bf.BitSet().Words())) {
 				t.Errorf("age %d sub-filter %d: bitset not in the filter's mappings", age, j)
 			}
-			if !slicesEqualWords(sb.words, fs.subs[j].words) {
+			if !slices.Equal(blocksOf(sb), blocksOf(&fs.subs[j])) {
 				t.Errorf("age %d sub-filter %d: bits differ after load", age, j)
 			}
 		}
@@ -186,6 +187,15 @@ func TestSnapshotOfMappedBitsets(t *testing.T) {
 			t.Fatalf("key %d lost in the snapshot", i)
 		}
 	}
+}
+
+// blocksOf returns the words of s's blocks in block order.
+func blocksOf(s *sub) []uint64 {
+	var out []uint64
+	for off := s.lane; off < s.nblocks*s.stride; off += s.stride {
+		out = append(out, s.words[off:off+s.bw]...)
+	}
+	return out
 }
 
 // slicesEqualWords reports whether a and b are the same words in the same
@@ -218,7 +228,7 @@ func TestBitsetTailOnOrdinaryPages(t *testing.T) {
 		t.Skipf("transparent huge pages are off: %q %v", b, err)
 	}
 	f := mustNew(t, memCfg, 0)
-	w := f.slots[0].words
+	w := f.rows
 	n := len(w) * 8
 	h := hugeSpan(n)
 	if h == 0 || h == n {

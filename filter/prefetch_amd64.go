@@ -6,11 +6,3 @@ package filter
 //
 //go:noescape
 func prefetch(addr uintptr)
-
-// prefetchAt prefetches word off of every bitset in bitsets (each holds
-// more than off words): the blocks of one key in every live generation, in
-// one call where prefetch takes one per generation (a call the compiler
-// cannot inline costs about as much as the prefetch itself).
-//
-//go:noescape
-func prefetchAt(bitsets [][]uint64, off uint64)

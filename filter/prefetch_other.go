@@ -4,6 +4,3 @@ package filter
 
 // prefetch does nothing on this architecture (see prefetch_amd64.go).
 func prefetch(addr uintptr) {}
-
-// prefetchAt does nothing on this architecture (see prefetch_amd64.go).
-func prefetchAt(bitsets [][]uint64, off uint64) {}

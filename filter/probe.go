@@ -3,6 +3,7 @@ package filter
 import (
 	"math/bits"
 	"runtime"
+	"unsafe"
 
 	"github.com/dedupstream/dedupstream/partition"
 )
@@ -14,50 +15,62 @@ const probeMul = 0x9E3779B97F4A7C15
 // pattern is the set of bits a key sets in its block, as the block's words.
 // The high word of the 128-bit hash (xxh3-128, computed once per record)
 // picks the block, by Lemire's multiply-shift reduction instead of a
-// division; the low word gives the k positions inside it, 9 bits each from
-// successive products by probeMul. All first sub-filters share m and k, so
-// a key's block and pattern are computed once whatever the number of
-// generations; a grown sub-filter has its own.
-type pattern [blockWords]uint64
+// division; the low word gives the k positions inside it, log bits each
+// (the block has 2^log bits) from successive products by probeMul. All
+// first sub-filters share their shape, so a key's block and pattern are
+// computed once whatever the number of generations; a grown sub-filter has
+// its own.
+type pattern [maxBlockWords]uint64
 
-func makePattern(h partition.Hash, k uint64) pattern {
+func makePattern(h partition.Hash, k, log uint64) pattern {
 	var p pattern
 	z := h.Lo
 	for range k {
-		pos := z >> (64 - 9)
+		pos := z >> (64 - log)
 		p[pos>>6] |= 1 << (pos & 63)
 		z *= probeMul
 	}
 	return p
 }
 
-// blockAt returns the index of the first word of h's block among nblocks.
-func blockAt(h partition.Hash, nblocks uint64) uint64 {
+// blockIndex returns h's block among nblocks.
+func blockIndex(h partition.Hash, nblocks uint64) uint64 {
 	b, _ := bits.Mul64(h.Hi, nblocks)
-	return b * blockWords
+	return b
 }
 
-// covers reports whether every bit of p is set in blk.
-func covers(blk *[blockWords]uint64, p *pattern) bool {
+// blockAt returns the offset in s.words of the first word of h's block.
+func (s *sub) blockAt(h partition.Hash) uint64 {
+	return blockIndex(h, s.nblocks)*s.stride + s.lane
+}
+
+// rowAt returns the offset in f.rows of h's row: its blocks in the first
+// sub-filters of every slot.
+func (f *Filter) rowAt(h partition.Hash) uint64 {
+	return blockIndex(h, f.nblocks) * f.stride
+}
+
+// covers reports whether every bit of p is set in blk (the block's words).
+func covers(blk []uint64, p *pattern) bool {
 	var miss uint64
-	for w := range blockWords {
-		miss |= p[w] &^ blk[w]
+	for w, x := range blk {
+		miss |= p[w] &^ x
 	}
 	return miss == 0
 }
 
 // insert sets the bits of h in s and returns how many were not set before.
 func (s *sub) insert(h partition.Hash) uint64 {
-	p := makePattern(h, s.k)
-	return s.insertPattern(&p, blockAt(h, s.nblocks))
+	p := makePattern(h, s.k, s.log)
+	return s.insertPattern(&p, s.blockAt(h))
 }
 
 // insertPattern sets the bits of p in the block at word off of s and
 // returns how many were not set before.
 func (s *sub) insertPattern(p *pattern, off uint64) uint64 {
-	blk := (*[blockWords]uint64)(s.words[off:])
+	blk := s.words[off : off+s.bw]
 	var set int
-	for w := range blockWords {
+	for w := range blk {
 		set += bits.OnesCount64(p[w] &^ blk[w])
 		blk[w] |= p[w]
 	}
@@ -66,8 +79,9 @@ func (s *sub) insertPattern(p *pattern, off uint64) uint64 {
 
 // contains reports whether all bits of h are set in s.
 func (s *sub) contains(h partition.Hash) bool {
-	p := makePattern(h, s.k)
-	return covers((*[blockWords]uint64)(s.words[blockAt(h, s.nblocks):]), &p)
+	p := makePattern(h, s.k, s.log)
+	off := s.blockAt(h)
+	return covers(s.words[off:off+s.bw], &p)
 }
 
 // match returns the live generations that may hold h as a mask: bit i stands
@@ -76,23 +90,22 @@ func (s *sub) contains(h partition.Hash) bool {
 //
 // An absent key is rejected by every generation, and on a large window
 // every block read is a cache miss. The first sub-filters of all
-// generations share their shape, so the key's block is at the same offset
-// in each: the loop reads one cache line per generation without a
-// data-dependent branch, which lets the CPU overlap those misses. Grown
+// generations share their shape and lie interleaved in f.rows, so the
+// key's blocks in all of them form one row: the loop reads one cache line
+// (4 generations) without a data-dependent branch. Grown
 // sub-filters, present only in generations that received more keys than
 // they were sized for, are probed after that, in the generations not
 // already matched.
 func (f *Filter) match(h partition.Hash, any bool) uint64 {
-	p := makePattern(h, f.k)
-	return f.matchAt(h, &p, blockAt(h, f.nblocks), any)
+	p := makePattern(h, f.k, f.log)
+	return f.matchAt(h, &p, f.rowAt(h), any)
 }
 
-// matchAt is match given h's pattern p and block offset off in the first
-// sub-filters.
-func (f *Filter) matchAt(h partition.Hash, p *pattern, off uint64, any bool) uint64 {
+// matchAt is match given h's pattern p and row in the first sub-filters.
+func (f *Filter) matchAt(h partition.Hash, p *pattern, row uint64, any bool) uint64 {
 	var mask uint64
-	for i, words := range f.live {
-		if covers((*[blockWords]uint64)(words[off:]), p) {
+	for i, lane := range f.live {
+		if covers(f.rows[row+lane:row+lane+f.bw], p) {
 			mask |= f.liveBit[i]
 		}
 	}
@@ -153,11 +166,15 @@ func (f *Filter) MaskAll(hs []partition.Hash, masks []uint64) {
 	runtime.KeepAlive(f) // the bitsets may be unmapped once f is unreachable
 }
 
-// prefetchBlocks prefetches h's block in the first sub-filter of every
-// live generation: one call for all of them (prefetchAt), not one per
-// generation.
+// prefetchBlocks prefetches h's row in the first sub-filters: one cache
+// line with up to 4 generations (rows are line-aligned then), one more per
+// 4 generations beyond.
 func (f *Filter) prefetchBlocks(h partition.Hash) {
-	prefetchAt(f.live, blockAt(h, f.nblocks))
+	row := f.rowAt(h)
+	prefetch(uintptr(unsafe.Pointer(&f.rows[row])))
+	for o := lineWords - row%lineWords; o < f.stride; o += lineWords {
+		prefetch(uintptr(unsafe.Pointer(&f.rows[row+o])))
+	}
 }
 
 // MaskAllAdd is MaskAll fused with Add: it sets masks[i] to Mask(hs[i]) as
@@ -187,21 +204,21 @@ func (f *Filter) MaskAllAdd(hs []partition.Hash, masks []uint64) {
 		if j := i + maskAhead; j < len(hs) {
 			f.prefetchBlocks(hs[j])
 		}
-		p := makePattern(h, f.k)
-		off := blockAt(h, f.nblocks)
-		m := f.matchAt(h, &p, off, false)
+		p := makePattern(h, f.k, f.log)
+		row := f.rowAt(h)
+		m := f.matchAt(h, &p, row, false)
 		masks[i] = m
 		if m == 0 && h != (partition.Hash{}) {
-			f.insertProbed(h, &p, off)
+			f.insertProbed(h, &p, row)
 		}
 	}
 	runtime.KeepAlive(f) // the bitsets may be unmapped once f is unreachable
 }
 
 // insertProbed is insert into the newest generation given h's pattern p and
-// block offset off in the first sub-filters, which it reuses while the
-// generation has only its first sub-filter.
-func (f *Filter) insertProbed(h partition.Hash, p *pattern, off uint64) {
+// row in the first sub-filters, which it reuses while the generation has
+// only its first sub-filter.
+func (f *Filter) insertProbed(h partition.Hash, p *pattern, row uint64) {
 	s := &f.slots[f.head]
 	if len(s.subs) != 1 {
 		f.insert(f.head, h)
@@ -209,7 +226,7 @@ func (f *Filter) insertProbed(h partition.Hash, p *pattern, off uint64) {
 	}
 	first := &s.subs[0]
 	empty := first.ones == 0
-	first.ones += first.insertPattern(p, off)
+	first.ones += first.insertPattern(p, row+first.lane)
 	s.added++
 	if empty {
 		f.relink() // the generation's first key: probe it from now on

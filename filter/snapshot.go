@@ -1,13 +1,13 @@
 package filter
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 	"math"
+	"math/bits"
 	"runtime"
 	"strconv"
 
@@ -17,7 +17,7 @@ import (
 // Snapshot layout; see the package documentation.
 const (
 	snapshotMagic   = "DSBLOOM\x00"
-	snapshotVersion = 3  // 1: one bitset per generation, before generations grew; 2: without the mark
+	snapshotVersion = 4  // 1: one bitset per generation, before generations grew; 2: without the mark; 3: 512-bit blocks
 	headerLen       = 72 // fields covered by the header checksum
 	genHeaderLen    = 20 // gen, added, sub-filters
 	bloomHeaderLen  = 24 // bloom m, k and bitset length, as bloom.WriteTo writes them
@@ -60,7 +60,7 @@ func (f *Filter) WriteTo(w io.Writer) (int64, error) {
 			return cw.n, fmt.Errorf("filter: write snapshot: generation %d: %w", gen, err)
 		}
 		for j := range s.subs {
-			if _, err := s.subs[j].bf.WriteTo(cw); err != nil {
+			if err := s.subs[j].writeTo(cw); err != nil {
 				return cw.n, fmt.Errorf("filter: write snapshot: generation %d sub-filter %d: %w", gen, j, err)
 			}
 		}
@@ -178,7 +178,7 @@ func (f *Filter) snapshotSize() int64 {
 	for range f.nlive {
 		n += genHeaderLen
 		for j := range f.slots[idx].subs {
-			n += bloomHeaderLen + 8*int64(len(f.slots[idx].subs[j].words))
+			n += bloomHeaderLen + int64(f.slots[idx].subs[j].m/8)
 		}
 		idx = f.prev(idx)
 	}
@@ -211,8 +211,40 @@ func (f *Filter) readSlot(cr *crcReader, idx int, gen uint64) error {
 			return err
 		}
 	}
-	s.words = s.subs[0].words
 	return nil
+}
+
+// chunkWords is how many words writeTo and read gather or scatter at a time.
+const chunkWords = 128
+
+// writeTo writes s as bloom.BloomFilter.WriteTo writes a filter of its m
+// and k (see the package documentation): m and k, the bitset's length,
+// then its words in block order, which for a first sub-filter are gathered
+// from its lane of the rows.
+func (s *sub) writeTo(w io.Writer) error {
+	order := bitset.BinaryOrder()
+	var buf [8 * chunkWords]byte
+	binary.BigEndian.PutUint64(buf[0:], s.m)
+	binary.BigEndian.PutUint64(buf[8:], s.k)
+	order.PutUint64(buf[16:], s.m)
+	if _, err := w.Write(buf[:bloomHeaderLen]); err != nil {
+		return err
+	}
+	n := 0
+	for off := s.lane; off < s.nblocks*s.stride; off += s.stride {
+		for _, word := range s.words[off : off+s.bw] {
+			order.PutUint64(buf[8*n:], word)
+			n++
+		}
+		if n == chunkWords {
+			if _, err := w.Write(buf[:]); err != nil {
+				return err
+			}
+			n = 0
+		}
+	}
+	_, err := w.Write(buf[:8*n])
+	return err
 }
 
 // read fills s, already sized, with sub-filter j of generation gen.
@@ -225,13 +257,28 @@ func (s *sub) read(cr *crcReader, gen uint64, j int) error {
 	if gm, gk, gl := binary.BigEndian.Uint64(bh[0:]), binary.BigEndian.Uint64(bh[8:]), bitset.BinaryOrder().Uint64(bh[16:]); gm != s.m || gk != s.k || gl != s.m {
 		return &CorruptError{Offset: cr.n, Reason: fmt.Sprintf("generation %d sub-filter %d: bloom m=%d k=%d bits=%d, configuration says m=%d k=%d", gen, j, gm, gk, gl, s.m, s.k)}
 	}
-	// bitset.ReadFrom reuses the words already allocated: same length.
-	bs := s.bf.BitSet()
-	if _, err := bs.ReadFrom(io.MultiReader(bytes.NewReader(bh[16:]), cr)); err != nil {
-		return cr.wrap(fmt.Sprintf("generation %d sub-filter %d bitset", gen, j), err)
+	// The words, scattered into s's blocks: a first sub-filter's lane of
+	// the rows, or a grown one's own bitset.
+	order := bitset.BinaryOrder()
+	var buf [8 * chunkWords]byte
+	var ones uint64
+	blk := s.lane
+	for left := s.m / 64; left > 0; {
+		n := min(left, chunkWords)
+		if _, err := io.ReadFull(cr, buf[:8*n]); err != nil {
+			return cr.wrap(fmt.Sprintf("generation %d sub-filter %d bitset", gen, j), err)
+		}
+		for i := uint64(0); i < n; i += s.bw {
+			for w := range s.bw {
+				word := order.Uint64(buf[8*(i+w):])
+				s.words[blk+w] = word
+				ones += uint64(bits.OnesCount64(word))
+			}
+			blk += s.stride
+		}
+		left -= n
 	}
-	s.words = bs.Words()
-	s.ones = uint64(bs.Count())
+	s.ones = ones
 	return nil
 }
 

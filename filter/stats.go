@@ -42,7 +42,7 @@ func (f *Filter) Stats() []GenStats {
 			n, rate := sb.count()
 			ones += n
 			bits += sb.m
-			g.Bytes += len(sb.words) * 8
+			g.Bytes += int(sb.m / 8)
 			miss *= 1 - rate
 		}
 		g.FillRatio = float64(ones) / float64(bits)
@@ -68,30 +68,42 @@ func (f *Filter) EstimatedFalsePositiveRate() float64 {
 // BytesPerKey is the memory of all generations and their sub-filters divided
 // by the keys a full window holds (Generations * KeysPerGeneration).
 func (f *Filter) BytesPerKey() float64 {
-	words := 0
+	var bits uint64
 	for i := range f.slots {
 		for j := range f.slots[i].subs {
-			words += len(f.slots[i].subs[j].words)
+			bits += f.slots[i].subs[j].m
 		}
 	}
-	return float64(words*8) / (float64(f.cfg.KeysPerGeneration) * float64(f.cfg.Generations))
+	return float64(bits/8) / (float64(f.cfg.KeysPerGeneration) * float64(f.cfg.Generations))
 }
 
 // count returns the bits set in s and the probability that an absent key
 // tests positive in it: the mean over the blocks of (bits set/blockBits)^k,
 // since a key probes k bits of one block.
 func (s *sub) count() (ones uint64, rate float64) {
-	var pow [blockBits + 1]float64
+	var pow [64*maxBlockWords + 1]float64
+	B := float64(uint64(1) << s.log)
 	for c := range pow {
-		pow[c] = math.Pow(float64(c)/blockBits, float64(s.k))
+		pow[c] = math.Pow(float64(c)/B, float64(s.k))
 	}
-	for b := 0; b+blockWords <= len(s.words); b += blockWords {
+	for off := s.lane; off < s.nblocks*s.stride; off += s.stride {
 		n := 0
-		for _, w := range s.words[b : b+blockWords] {
+		for _, w := range s.words[off : off+s.bw] {
 			n += bits.OnesCount64(w)
 		}
 		ones += uint64(n)
 		rate += pow[n]
 	}
 	return ones, rate / float64(s.nblocks)
+}
+
+// clear zeroes every block of s.
+func (s *sub) clear() {
+	if s.stride == s.bw {
+		clear(s.words[:s.nblocks*s.bw])
+		return
+	}
+	for off := s.lane; off < s.nblocks*s.stride; off += s.stride {
+		clear(s.words[off : off+s.bw])
+	}
 }

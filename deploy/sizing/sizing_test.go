@@ -62,9 +62,9 @@ func TestSize(t *testing.T) {
 		})
 	}
 	// A lower false-positive rate costs Bloom bytes: 0.1 % is 1.5x the
-	// bits of 1 %, so 2.02 B/key becomes 3.03 B/key.
-	if d := MemoryPerStage(cfg(1<<30, 0, 1_000_000, 0.001), 6) - MemoryPerStage(c, 6); d < 1_009_000 || d > 1_011_000 {
-		t.Errorf("0.1%% instead of 1%%: %v more bytes per partition, want ~1.01M", d)
+	// bits of 1 %, so 2.33 B/key becomes 3.495 B/key.
+	if d := MemoryPerStage(cfg(1<<30, 0, 1_000_000, 0.001), 6) - MemoryPerStage(c, 6); d < 1_164_000 || d > 1_166_000 {
+		t.Errorf("0.1%% instead of 1%%: %v more bytes per partition, want ~1.165M", d)
 	}
 	if _, err := Size(c, Inputs{Partitions: 0, Replicas: 1}); err == nil {
 		t.Error("0 partitions accepted")
