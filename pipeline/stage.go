@@ -395,6 +395,9 @@ func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error)
 	for lo := 0; lo < len(in) && err == nil; lo += probeChunk {
 		chunk := in[lo:min(lo+probeChunk, len(in))]
 		s.probe.prepare(s, chunk)
+		if err = s.prefetchLookups(oldest); err != nil {
+			break
+		}
 		for i := range chunk {
 			if recordTime && s.tick(s.recordTime(&chunk[i], wall)) {
 				oldest = s.win.oldestLive(s.cur)
@@ -417,6 +420,35 @@ func (s *Stage) Process(in []Record, out []Decision) ([]Decision, Counts, error)
 	}
 	c.In = uint64(len(in))
 	return out, c, nil
+}
+
+// prefetchLookups asks the store for what the lookups of the prepared
+// chunk read first (statestore.Reader.Prefetch): for every key the Bloom
+// front names a live generation of. On a large window each lookup's slots
+// and run filters are cache misses that, taken one lookup at a time, the
+// stage waited for in turn.
+func (s *Stage) prefetchLookups(oldest uint64) error {
+	p := &s.probe
+	for i, m := range p.masks {
+		if m == 0 || p.reasons[i] != "" {
+			continue
+		}
+		if !s.fresh {
+			// One refresh serves every confirmation of the batch.
+			if err := s.store.OpenReader(&s.reader); err != nil {
+				return err
+			}
+			s.fresh = true
+		}
+		s.cands = s.cands[:0]
+		for ; m != 0; m &= m - 1 {
+			if g := p.cur - uint64(bits.TrailingZeros64(m)); g >= oldest {
+				s.cands = append(s.cands, g)
+			}
+		}
+		s.reader.Prefetch(p.hs[i], s.cands)
+	}
+	return nil
 }
 
 // decide decides record i of the batch s.probe was prepared for.

@@ -458,6 +458,19 @@ func (m *memIndex) get(gen uint64, h partition.Hash) (uint64, bool) {
 	}
 }
 
+// prefetch asks the CPU for the slot of (gen, h) in m's table, where a get
+// starts, without waiting for it. A nil m holds nothing.
+func (m *memIndex) prefetch(gen uint64, h partition.Hash) {
+	if m == nil {
+		return
+	}
+	m.mu.RLock()
+	if n := len(m.slots); n > 0 {
+		prefetch.Line(uintptr(unsafe.Pointer(&m.slots[slotOf(slotHash(gen, h), n)])))
+	}
+	m.mu.RUnlock()
+}
+
 // keysOf returns how many keys of gen m holds.
 func (m *memIndex) keysOf(gen uint64) uint64 {
 	if m == nil {

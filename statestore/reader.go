@@ -256,6 +256,24 @@ func (rd *Reader) Lookup(h partition.Hash, gens []uint64) (gen, version uint64, 
 	return 0, 0, false, nil
 }
 
+// Prefetch asks the CPU, without waiting, for the memory a Lookup of h in
+// gens reads first and which a large window keeps out of the caches: h's
+// slots in the memory indexes and its block in the filter of every run of
+// gens. The stage calls it for every key of a chunk that needs a lookup
+// before it decides the first, so that the misses of the chunk's lookups
+// overlap instead of each lookup waiting for its own in turn.
+func (rd *Reader) Prefetch(h partition.Hash, gens []uint64) {
+	for _, g := range gens {
+		rd.active.prefetch(g, h)
+		rd.imm.prefetch(g, h)
+		for _, ri := range rd.byGen[g] {
+			if ri.filter != nil {
+				ri.filter.prefetch(h)
+			}
+		}
+	}
+}
+
 // probe probes the runs of rd.probeGen, newest first, for rd.probeHash,
 // setting rd.found and rd.version: arguments and results live in rd, so
 // that handing the method value to Store.read captures nothing else (in
