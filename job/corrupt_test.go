@@ -18,8 +18,10 @@ import (
 	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/testhook"
 	"github.com/dedupstream/dedupstream/job"
+	"github.com/dedupstream/dedupstream/job/jobtest"
 	"github.com/dedupstream/dedupstream/pipeline"
 	"github.com/dedupstream/dedupstream/statestore"
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // corruptStore flips bytes inside a data block of partition p's store
@@ -168,15 +170,10 @@ func TestCorruptStoreRestored(t *testing.T) {
 		{"checkpoint that does not decode", garbleCheckpoint},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			e := newEnv(t)
-			w := e.workload(83, 5_000, 2_000)
-			firsts := w.Records[:len(w.Records)-2_000]
-			cfg := e.config("0, 1, 2, 3")
-			e.produce(firsts)
-			e.runToEnd(cfg)
+			e, w, cfg, replays := corruptSetup(t, 83)
 			kept := c.corrupt(t, cfg, 0)
 
-			e.produce(w.Records[len(firsts):]) // replays of keys emitted before
+			e.produce(replays) // replays of keys emitted before
 			r := e.runToEnd(cfg)
 			checkCollector(t, r.job, map[string]float64{"dedupstream_state_corruptions_total": 1})
 			if st := r.job.Stats(); st.Restored == 0 {
@@ -193,7 +190,7 @@ func TestCorruptStoreRestored(t *testing.T) {
 			t.Logf("in=%d out=%d escaped=%d lost=%d", rep.In, rep.Out, rep.Escaped, rep.Lost)
 
 			// The new store is sound: a restart meets no corruption.
-			e.produce(w.Records[len(firsts):])
+			e.produce(replays)
 			r = e.runToEnd(cfg)
 			checkCollector(t, r.job, map[string]float64{"dedupstream_state_corruptions_total": 0})
 			e.verifyOutput(w)
@@ -205,14 +202,9 @@ func TestCorruptStoreRestored(t *testing.T) {
 // stops the job, as before the policy, with an error naming the corrupt
 // table and the setting, and the directory stays where it is.
 func TestCorruptStoreFail(t *testing.T) {
-	e := newEnv(t)
-	w := e.workload(84, 5_000, 2_000)
-	firsts := w.Records[:len(w.Records)-2_000]
-	cfg := e.config("0, 1, 2, 3")
-	e.produce(firsts)
-	e.runToEnd(cfg)
+	e, _, cfg, replays := corruptSetup(t, 84)
 	tables := corruptStore(t, cfg, 0, false)
-	e.produce(w.Records[len(firsts):])
+	e.produce(replays)
 	cfg.State.OnCorruption = "fail"
 	err := e.start(cfg).wait(t, 60*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "data corruption in "+tables[0]) || !strings.Contains(err.Error(), "state.on_corruption: fail") {
@@ -233,12 +225,7 @@ func TestCorruptStoreFail(t *testing.T) {
 // again: the disk is failing. The corrupt directory stays in place and
 // the three are kept.
 func TestCorruptStoreLoopGuard(t *testing.T) {
-	e := newEnv(t)
-	w := e.workload(85, 5_000, 2_000)
-	firsts := w.Records[:len(w.Records)-2_000]
-	cfg := e.config("0, 1, 2, 3")
-	e.produce(firsts)
-	e.runToEnd(cfg)
+	e, _, cfg, replays := corruptSetup(t, 85)
 	now := time.Now().Unix()
 	for i := range 3 {
 		d := fmt.Sprintf("%s.corrupt-%d", job.StateDir(cfg.State.Dir, 0), now-int64(60*(i+1)))
@@ -247,7 +234,7 @@ func TestCorruptStoreLoopGuard(t *testing.T) {
 		}
 	}
 	tables := corruptStore(t, cfg, 0, false)
-	e.produce(w.Records[len(firsts):])
+	e.produce(replays)
 	err := e.start(cfg).wait(t, 60*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "restored 3 times within 1h0m0s") || !strings.Contains(err.Error(), "data corruption in "+tables[0]) {
 		t.Fatalf("job exited with %v, want a stop after 3 corruptions within the hour", err)
@@ -298,12 +285,7 @@ func (f garbageFile) ReadAt(p []byte, off int64) (int, error) {
 // it opens, until the third in the hour: then the job stops with the error
 // listing the three, instead of restoring forever.
 func TestCorruptStoreGarbageDisk(t *testing.T) {
-	e := newEnv(t)
-	w := e.workload(86, 5_000, 2_000)
-	firsts := w.Records[:len(w.Records)-2_000]
-	cfg := e.config("0, 1, 2, 3")
-	e.produce(firsts)
-	e.runToEnd(cfg)
+	e, _, cfg, replays := corruptSetup(t, 86)
 
 	disk := &garbageFS{FS: vfs.Default}
 	r := e.start(cfg, func(o *job.Options) {
@@ -322,7 +304,7 @@ func TestCorruptStoreGarbageDisk(t *testing.T) {
 		}
 	}
 	disk.armed.Store(true)
-	e.produce(w.Records[len(firsts):]) // replays: lookups of partition 0's runs
+	e.produce(replays) // replays: lookups of partition 0's runs
 	err := r.wait(t, 60*time.Second)
 	if err == nil || !strings.Contains(err.Error(), "restored 3 times within 1h0m0s") {
 		t.Fatalf("job exited with %v, want a stop after 3 corruptions within the hour", err)
@@ -377,4 +359,18 @@ func TestDiskFullIsNotCorruption(t *testing.T) {
 		t.Errorf("directories moved aside for a full disk: %v", aside)
 	}
 	checkCollector(t, r.job, map[string]float64{"dedupstream_state_corruptions_total": 0})
+}
+
+// corruptSetup runs a job of 4 partitions over the first 3000 records of
+// a 5000-key workload of seed, to their end, and returns the environment,
+// the workload, the config and the workload's last 2000 records: replays
+// of keys that run emitted, for after the store is corrupted.
+func corruptSetup(t *testing.T, seed uint64) (*env, *jobtest.Workload, *config.Config, []*kgo.Record) {
+	e := newEnv(t)
+	w := e.workload(seed, 5_000, 2_000)
+	firsts := w.Records[:len(w.Records)-2_000]
+	cfg := e.config("0, 1, 2, 3")
+	e.produce(firsts)
+	e.runToEnd(cfg)
+	return e, w, cfg, w.Records[len(firsts):]
 }

@@ -465,6 +465,15 @@ func readRuns(t *testing.T, fs vfs.FS) *Store {
 // store's fatal error on the caller's goroutine. Pebble's default reaction,
 // Fatalf from its DataCorruption event, would park the caller (the stage).
 func TestReadCorruptionIsFatal(t *testing.T) {
+	s, _, err := lookupCorrupt(t)
+	checkFatalCall(t, s, "Lookup", err, "data corruption")
+}
+
+// lookupCorrupt writes runs, then looks their keys up while every byte the
+// store reads of an sstable is garbled, and returns the store, its file
+// system (armed garbles the reads again) and the first error a Lookup
+// returned. Reads are sound again when it returns.
+func lookupCorrupt(t *testing.T) (*Store, *sstReadFS, error) {
 	fs := &sstReadFS{FS: vfs.NewMem(), onRead: func(p []byte) {
 		for i := range p {
 			p[i] ^= 0x5a
@@ -472,7 +481,8 @@ func TestReadCorruptionIsFatal(t *testing.T) {
 	}}
 	s := readRuns(t, fs)
 	fs.armed.Store(true)
-	err := within(t, "Lookup of a corrupt run", func() error {
+	defer fs.armed.Store(false)
+	return s, fs, within(t, "Lookup of a corrupt run", func() error {
 		for i := range uint64(20000) {
 			if _, _, _, err := s.Lookup(keyOf(1, i), []uint64{1}); err != nil {
 				return err
@@ -480,8 +490,6 @@ func TestReadCorruptionIsFatal(t *testing.T) {
 		}
 		return nil
 	})
-	checkFatalCall(t, s, "Lookup", err, "data corruption")
-	fs.armed.Store(false)
 }
 
 // TestCorruptStoreReleases: a store fatal through corruption alone lets go
@@ -489,22 +497,7 @@ func TestReadCorruptionIsFatal(t *testing.T) {
 // and open a new store at the same path in the same process (Pebble's lock
 // is per path and process); a store fatal through a Fatalf keeps it.
 func TestCorruptStoreReleases(t *testing.T) {
-	fs := &sstReadFS{FS: vfs.NewMem(), onRead: func(p []byte) {
-		for i := range p {
-			p[i] ^= 0x5a
-		}
-	}}
-	s := readRuns(t, fs)
-	fs.armed.Store(true)
-	err := within(t, "Lookup of a corrupt run", func() error {
-		for i := range uint64(20000) {
-			if _, _, _, err := s.Lookup(keyOf(1, i), []uint64{1}); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	fs.armed.Store(false)
+	s, fs, err := lookupCorrupt(t)
 	if !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("Lookup of a corrupt run = %v, want an error matching ErrCorrupt", err)
 	}

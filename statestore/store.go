@@ -848,16 +848,7 @@ func (s *Store) closeDB() error {
 	if err := s.mg.stop(); err != nil {
 		return err
 	}
-	s.regMu.Lock()
-	if rs := s.runs.Load(); rs != nil {
-		for _, runs := range rs.gens {
-			for _, r := range runs {
-				r.filter.drop()
-				r.blocks.drop()
-			}
-		}
-	}
-	s.regMu.Unlock()
+	s.dropLiveRuns()
 	err := s.w.do(s.db.Close)
 	if err != nil {
 		return err
@@ -868,6 +859,19 @@ func (s *Store) closeDB() error {
 	freeRegion(s.flushBuf) // the flusher's, and it has ended
 	s.flushBuf = nil
 	return s.stopReads()
+}
+
+// dropLiveRuns lets go of the registry's holds of every live run's filter and
+// blocks (their memory returns when the last Reader lets go too), as the
+// store closes.
+func (s *Store) dropLiveRuns() {
+	s.regMu.Lock()
+	defer s.regMu.Unlock()
+	if rs := s.runs.Load(); rs != nil {
+		for _, runs := range rs.gens {
+			dropRuns(runs)
+		}
+	}
 }
 
 // releaseTimeout bounds how long release waits for the store's goroutines
@@ -903,16 +907,7 @@ func (s *Store) release() error {
 			return fmt.Errorf("statestore: %s: the store's goroutines did not end within %s; the directory stays locked until the process exits", s.dir, releaseTimeout)
 		}
 	}
-	s.regMu.Lock()
-	if rs := s.runs.Load(); rs != nil {
-		for _, runs := range rs.gens {
-			for _, r := range runs {
-				r.filter.drop()
-				r.blocks.drop()
-			}
-		}
-	}
-	s.regMu.Unlock()
+	s.dropLiveRuns()
 	if s.log != nil {
 		_ = s.log.close()
 		s.log = nil
