@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dedupstream/dedupstream/config"
 	"github.com/dedupstream/dedupstream/internal/kafkatest"
 	"github.com/dedupstream/dedupstream/job"
 	"github.com/dedupstream/dedupstream/job/jobtest"
@@ -342,6 +343,15 @@ func TestEmptyDiskAfterPartitionCountChange(t *testing.T) {
 	if _, err := job.Migrate(e.ctx(120*time.Second), cfg6, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
+	replayOnEmptyDisk(t, e, cfg6, before, after, "an empty disk after the migration")
+}
+
+// replayOnEmptyDisk runs cfg6 (6 partitions) on an empty state directory
+// over after, replays of keys of before produced now, until the job read
+// them, and checks that the output holds before's keys once each and
+// nothing more; what names the case.
+func replayOnEmptyDisk(t *testing.T, e *env, cfg6 *config.Config, before, after []*kgo.Record, what string) {
+	t.Helper()
 	cfg6.State.Dir = t.TempDir() // the empty disk
 	p6, err := jobtest.NewProducer(e.brokers, e.clientOpts...)
 	if err != nil {
@@ -355,6 +365,6 @@ func TestEmptyDiskAfterPartitionCountChange(t *testing.T) {
 	waitReplays(t, e, p6)
 	e.stop(r)
 	if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before) {
-		t.Errorf("an empty disk after the migration: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
+		t.Errorf("%s: %d repeats in %d output records, want 0 in %d", what, repeats, total, len(before))
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/dedupstream/dedupstream/job"
-	"github.com/dedupstream/dedupstream/job/jobtest"
 )
 
 // TestPartitionsTopicDeleted: after the topics grew from 4 to 6 and
@@ -50,21 +49,7 @@ func TestPartitionsTopicDeleted(t *testing.T) {
 				e.runToEnd(cfg6) // it records the layout again
 			}
 
-			cfg6.State.Dir = t.TempDir() // the empty disk
-			p6, err := jobtest.NewProducer(e.brokers, e.clientOpts...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(p6.Close)
-			if err := p6.Produce(e.ctx(30*time.Second), after); err != nil {
-				t.Fatal(err)
-			}
-			r := e.start(cfg6)
-			waitReplays(t, e, p6)
-			e.stop(r)
-			if repeats, total := countRepeats(t, e, 6); repeats != 0 || total != len(before) {
-				t.Errorf("an empty disk after the partitions topic was deleted: %d repeats in %d output records, want 0 in %d", repeats, total, len(before))
-			}
+			replayOnEmptyDisk(t, e, cfg6, before, after, "an empty disk after the partitions topic was deleted")
 		})
 	}
 }
