@@ -287,8 +287,12 @@ func TestRecycledWriteFault(t *testing.T) {
 			if err := s.settle(); err != nil {
 				t.Fatal(err)
 			}
-			if st := s.rec.Stats(); st.PoolBytes == 0 {
-				t.Fatalf("recycler %+v: no dead table to reuse", st)
+			// Pebble deletes the merge's inputs (into the pool) on a
+			// goroutine of its own, after the merge: wait for one.
+			for deadline := time.Now().Add(10 * time.Second); s.rec.Stats().PoolBytes == 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("recycler %+v: no dead table to reuse", s.rec.Stats())
+				}
 			}
 			committed := s.State().Seq
 			var doubt []partition.Hash
