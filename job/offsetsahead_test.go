@@ -14,12 +14,16 @@ import (
 // TestOffsetsCommittedBesideTheProduce: a cycle's TxnOffsetCommit goes to
 // the coordinator while its produce requests are still out (the stage
 // knows where its records land), not after their acknowledgements. The
-// broker holds every transactional produce to the output for 50ms and
+// broker holds every transactional produce to the output for heldFor and
 // counts the offset commits of the same stage (transactional id) that
 // arrive meanwhile; the output, read by
 // kgo, must still hold every key once, and the committed offsets' metadata
 // the output's end (the output check of a restart passes).
 func TestOffsetsCommittedBesideTheProduce(t *testing.T) {
+	// Long enough that a stage starved of CPU by the tests of other
+	// packages still sends its offsets while the produce is held: with
+	// 50ms, 6 of 16 arrived beside it in one CI run.
+	const heldFor = 200 * time.Millisecond
 	kafkatest.SkipExternal(t, "holds produce requests with kfake's request controls")
 	e := newEnv(t)
 	w := e.workload(23, 3_000, 1_000)
@@ -38,7 +42,7 @@ func TestOffsetsCommittedBesideTheProduce(t *testing.T) {
 		mu.Lock()
 		held[id]++
 		mu.Unlock()
-		e.cluster.SleepControl(func() { time.Sleep(50 * time.Millisecond) })
+		e.cluster.SleepControl(func() { time.Sleep(heldFor) })
 		mu.Lock()
 		held[id]--
 		mu.Unlock()
