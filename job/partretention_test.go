@@ -55,8 +55,10 @@ func TestPartitionsTopicRetention(t *testing.T) {
 		cfgs map[string]string
 		want string // in the refusal; "" for a start that runs
 	}{
-		{"delete", map[string]string{"cleanup.policy": "delete"}, "cleanup.policy=delete, retention.ms=604800000"},
-		{"compact,delete", map[string]string{"cleanup.policy": "compact,delete", "retention.ms": "86400000"}, "cleanup.policy=compact,delete, retention.ms=86400000"},
+		// Each case sets both retentions: the brokers' defaults differ (the
+		// test cluster's log.retention.bytes is finite).
+		{"delete", map[string]string{"cleanup.policy": "delete", "retention.ms": "604800000", "retention.bytes": "-1"}, "cleanup.policy=delete, retention.ms=604800000"},
+		{"compact,delete", map[string]string{"cleanup.policy": "compact,delete", "retention.ms": "86400000", "retention.bytes": "-1"}, "cleanup.policy=compact,delete, retention.ms=86400000"},
 		{"delete by size", map[string]string{"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "1048576"}, "cleanup.policy=delete, retention.bytes=1048576"},
 		{"delete kept for ever", map[string]string{"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}, ""},
 		{"compact with a lag", map[string]string{"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}, ""},
