@@ -333,17 +333,26 @@ func TestMigrateOnEveryInstance(t *testing.T) {
 // the other output partitions: replays of the old keys on their new
 // partitions must all be dropped (read back with kgo).
 func TestEmptyDiskAfterPartitionCountChange(t *testing.T) {
-	e := newEnv(t)
-	_, before, after := growWorkload(e, 3_000)
+	e, before, after, cfg6 := migratedTo6(t)
+	replayOnEmptyDisk(t, e, cfg6, before, after, "an empty disk after the migration")
+}
+
+// migratedTo6 runs a job under 4 partitions over the first records of a
+// 3000-key workload, grows the raw and output topics to 6 and runs
+// migrate; it returns the environment, those records, the workload's
+// replays of their keys (not produced) and the config under 6.
+func migratedTo6(t *testing.T) (e *env, before, after []*kgo.Record, cfg6 *config.Config) {
+	t.Helper()
+	e = newEnv(t)
+	_, before, after = growWorkload(e, 3_000)
 	e.produce(before)
 	e.runToEnd(e.config("0, 1, 2, 3"))
-
 	growTopics(t, e, 6, e.raw, e.out)
-	cfg6 := e.config("0, 1, 2, 3, 4, 5")
+	cfg6 = e.config("0, 1, 2, 3, 4, 5")
 	if _, err := job.Migrate(e.ctx(120*time.Second), cfg6, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	replayOnEmptyDisk(t, e, cfg6, before, after, "an empty disk after the migration")
+	return e, before, after, cfg6
 }
 
 // replayOnEmptyDisk runs cfg6 (6 partitions) on an empty state directory

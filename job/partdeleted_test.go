@@ -25,16 +25,7 @@ func TestPartitionsTopicDeleted(t *testing.T) {
 	} {
 		live := tc.live
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t)
-			_, before, after := growWorkload(e, 3_000)
-			e.produce(before)
-			e.runToEnd(e.config("0, 1, 2, 3"))
-
-			growTopics(t, e, 6, e.raw, e.out)
-			cfg6 := e.config("0, 1, 2, 3, 4, 5")
-			if _, err := job.Migrate(e.ctx(120*time.Second), cfg6, job.Options{RequestTimeout: 5 * time.Second, RetryTimeout: 10 * time.Second}); err != nil {
-				t.Fatal(err)
-			}
+			e, before, after, cfg6 := migratedTo6(t)
 			if live {
 				r := e.start(cfg6)
 				time.Sleep(time.Second)
