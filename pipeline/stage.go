@@ -433,21 +433,37 @@ func (s *Stage) prefetchLookups(oldest uint64) error {
 		if m == 0 || p.reasons[i] != "" {
 			continue
 		}
-		if !s.fresh {
-			// One refresh serves every confirmation of the batch.
-			if err := s.store.OpenReader(&s.reader); err != nil {
-				return err
-			}
-			s.fresh = true
+		if err := s.openReader(); err != nil {
+			return err
 		}
-		s.cands = s.cands[:0]
-		for ; m != 0; m &= m - 1 {
-			if g := p.cur - uint64(bits.TrailingZeros64(m)); g >= oldest {
-				s.cands = append(s.cands, g)
-			}
-		}
-		s.reader.Prefetch(p.hs[i], s.cands)
+		s.reader.Prefetch(p.hs[i], s.candidates(m, oldest))
 	}
+	return nil
+}
+
+// candidates sets s.cands to the generations of the front's mask m (of
+// the probed chunk) that are still live (oldest or newer), newest first,
+// and returns them.
+func (s *Stage) candidates(m, oldest uint64) []uint64 {
+	s.cands = s.cands[:0]
+	for ; m != 0; m &= m - 1 {
+		if g := s.probe.cur - uint64(bits.TrailingZeros64(m)); g >= oldest {
+			s.cands = append(s.cands, g)
+		}
+	}
+	return s.cands
+}
+
+// openReader refreshes the store reader once per batch: one refresh
+// serves every confirmation of it.
+func (s *Stage) openReader() error {
+	if s.fresh {
+		return nil
+	}
+	if err := s.store.OpenReader(&s.reader); err != nil {
+		return err
+	}
+	s.fresh = true
 	return nil
 }
 
@@ -476,23 +492,13 @@ func (s *Stage) decide(i int, oldest uint64, c *Counts) (Decision, error) {
 	// Bloom front (probed for the whole batch before), then exact
 	// confirmation in the live generations it names, newest first. A
 	// generation the window dropped since the probe is skipped.
-	s.cands = s.cands[:0]
-	for m := p.masks[i]; m != 0; m &= m - 1 {
-		if g := p.cur - uint64(bits.TrailingZeros64(m)); g >= oldest {
-			s.cands = append(s.cands, g)
-		}
-	}
-	if len(s.cands) == 0 {
+	if len(s.candidates(p.masks[i], oldest)) == 0 {
 		c.BloomNegative++
 		return s.emit(i, version, c), nil
 	}
 	c.StoreReads++
-	if !s.fresh {
-		// One refresh serves every confirmation of the batch.
-		if err := s.store.OpenReader(&s.reader); err != nil {
-			return Decision{}, err
-		}
-		s.fresh = true
+	if err := s.openReader(); err != nil {
+		return Decision{}, err
 	}
 	_, stored, found, err := s.reader.Lookup(h, s.cands)
 	if err != nil {
