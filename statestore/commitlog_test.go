@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -144,4 +145,97 @@ func TestTornLogThenNewCommits(t *testing.T) {
 	clone := base2.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 3))})
 	opts.FS = nil
 	checkRecovered(t, h, crashPoint{fs: clone, committed: 14, durable: 14}, opts)
+}
+
+// syncGateFS holds the Sync of the commit log named held (set by the test)
+// until release is called.
+type syncGateFS struct {
+	vfs.FS
+	held    atomic.Pointer[string]
+	gate    chan struct{}
+	waiting chan struct{} // closed when the held log's Sync first waits
+	once    sync.Once
+}
+
+type syncGateFile struct {
+	vfs.File
+	g    *syncGateFS
+	name string
+}
+
+func (g *syncGateFS) Create(name string, category vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := g.FS.Create(name, category)
+	if err != nil {
+		return nil, err
+	}
+	return &syncGateFile{File: f, g: g, name: name}, nil
+}
+
+func (f *syncGateFile) Sync() error {
+	if h := f.g.held.Load(); h != nil && strings.HasSuffix(f.name, "/"+*h) {
+		f.g.once.Do(func() { close(f.g.waiting) })
+		<-f.g.gate
+	}
+	return f.File.Sync()
+}
+
+// TestFlushWaitsForHandedOverLog: a handover leaves its index's commit log
+// to the worker to sync; a Flush right after must not return before that
+// log is durable, or a machine crash loses commits it reported durable.
+func TestFlushWaitsForHandedOverLog(t *testing.T) {
+	base := newCloneableMem()
+	gfs := &syncGateFS{FS: base, gate: make(chan struct{}), waiting: make(chan struct{})}
+	opts := testOptions(gfs)
+	opts.VersionMode = true
+	opts.MemTableSize = 32 << 10 // a handover after a few commits
+	h := newHistory()
+	s := mustOpen(t, "db", opts)
+	released := false
+	defer func() {
+		if !released {
+			close(gfs.gate)
+		}
+		mustClose(t, s)
+	}()
+	first := logName(s.logNum)
+	gfs.held.Store(&first)
+	var i uint64
+	for logName(s.logNum) == first {
+		i++
+		h.commitGen = append(h.commitGen, 1)
+		h.commitKeys = append(h.commitKeys, 20)
+		h.floorAfter = append(h.floorAfter, nil)
+		b := s.NewBatch()
+		for j := 0; j < 20; j++ {
+			b.Put(1, keyOf(i, uint64(j)), i)
+		}
+		if _, err := s.Commit(b, State{Generation: 1, Checkpoint: checkpointOf(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if i > 10000 {
+			t.Fatal("no handover after 10000 commits")
+		}
+	}
+	<-gfs.waiting // the worker syncs the handed-over log, held here
+	flushed := make(chan error, 1)
+	go func() { flushed <- s.Flush() }()
+	select {
+	case err := <-flushed:
+		// Returned with commit 1's log not synced: what a crash keeps.
+		clone := base.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 4))})
+		t.Errorf("Flush returned (%v) while the handed-over log was not synced", err)
+		o := opts
+		o.FS = nil
+		checkRecovered(t, h, crashPoint{fs: clone, committed: i, durable: i}, o)
+		return
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(gfs.gate)
+	released = true
+	if err := <-flushed; err != nil {
+		t.Fatal(err)
+	}
+	clone := base.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 5))})
+	opts.FS = nil
+	checkRecovered(t, h, crashPoint{fs: clone, committed: i, durable: i}, opts)
 }

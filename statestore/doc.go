@@ -276,8 +276,11 @@
 //
 // Commits are not synced. With the commit log (the default) a Commit is
 // written to the log file when it returns: a process crash (kill -9) loses
-// none; a machine crash loses the commits since the last Flush or index
-// handover (which syncs the log it closes). With DisableWAL the commits in
+// none; a machine crash loses the commits since the last Flush or since
+// the worker synced the log a handover closed (it does so before writing
+// that log's index; a Flush waits for it, then syncs the current log:
+// TestFlushWaitsForHandedOverLog). A log that a crash left unsynced may
+// end torn, and replay then stops in it (below). With DisableWAL the commits in
 // the index are lost on any crash (up to MemTableSize worth of keys) and the
 // job re-reads them from the output topic. Open replays the logs after the
 // state Pebble holds, in order, and stops at the first record that is torn,

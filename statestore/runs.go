@@ -326,6 +326,30 @@ type flushJob struct {
 	floor  uint64      // the floor in force when mem was handed over
 	err    error
 	done   chan struct{}
+	// log is mem's commit log, which the worker syncs and closes before it
+	// writes mem (closing logSynced), so that the stage's Commit that
+	// filled mem does not wait for the disk; Flush waits for logSynced.
+	log       *commitLog
+	logSynced chan struct{}
+}
+
+// syncLog makes job's commit log durable and closes it; a failure is fatal,
+// and recorded so before logSynced closes (a Flush woken by it must see
+// it). On the worker, before the job's keys are written.
+func (s *Store) syncLog(job *flushJob) error {
+	defer close(job.logSynced)
+	if job.log == nil {
+		return nil
+	}
+	err := job.log.sync()
+	if cerr := job.log.close(); err == nil {
+		err = cerr
+	}
+	job.log = nil
+	if err != nil {
+		return s.fatal.set(err)
+	}
+	return nil
 }
 
 // postFlush queues job on the worker: it writes job's keys into runs, then
@@ -336,7 +360,12 @@ type flushJob struct {
 // the store is fatal.
 func (s *Store) postFlush(job *flushJob) bool {
 	return s.w.post(func() {
-		job.err = s.runJob(func() error { return s.flushMem(job) })
+		job.err = s.runJob(func() error {
+			if err := s.syncLog(job); err != nil {
+				return err
+			}
+			return s.flushMem(job)
+		})
 		close(job.done)
 		if job.err != nil {
 			return
