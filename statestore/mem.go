@@ -722,9 +722,9 @@ func (s *Store) recycle(m *memIndex) {
 }
 
 // sortBuffer returns the flusher's sort buffer for an index of n keys, a
-// view of s.flushBuf (memalloc.go), which flushMem releases once the flush
-// is written: its pages are resident only while a flush runs. The mapping
-// is sized for the largest index (memSortKeys) so it is made once.
+// view of s.flushBuf (memalloc.go), which stays resident between flushes.
+// The mapping is sized for the largest index (memSortKeys) so it is made
+// once.
 func (s *Store) sortBuffer(n int) []uint64 {
 	if len(s.flushBuf) < 8*n {
 		freeRegion(s.flushBuf) // the flusher's own: nothing else sees it

@@ -39,7 +39,15 @@ func allocRegion(n int, kind MemKind) []byte {
 	if huge {
 		size += hugePageBytes // room to start at a boundary; the slack is never touched
 	}
-	raw, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	flags := syscall.MAP_ANON | syscall.MAP_PRIVATE
+	if kind == MemRunFilters {
+		// Every page is written as the run is, each after a read of its
+		// word: faulted on that read, a page was the shared zero page and
+		// its write then faulted again, flushing its mapping on the other
+		// CPUs (an interrupt of the stage for each 4 KiB of a run's filter).
+		flags |= syscall.MAP_POPULATE
+	}
+	raw, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, flags)
 	if err != nil {
 		// As the Go heap does when the system has no memory left.
 		panic(fmt.Sprintf("statestore: map %d bytes for %s: %v", n, kind, err))

@@ -427,7 +427,6 @@ func (s *Store) flushMem(job *flushJob) error {
 	// is sized for them.
 	keysOf := job.mem.keysOf
 	refs := s.sortBuffer(job.mem.len())
-	defer releaseRegion(s.flushBuf)
 	s.flushRefs, s.flushCounts = job.mem.sortRefs(refs, s.flushCounts)
 	refs, m := s.flushRefs, job.mem
 	if s.flushGather == nil {

@@ -126,7 +126,7 @@ type Store struct {
 	unreserve func()
 	// flushRefs and flushCounts are the flusher's sort buffers
 	// (memIndex.sortRefs): 8 bytes per key of an index in flushBuf, off
-	// the Go heap and resident only while a flush runs (sortBuffer), and
+	// the Go heap and resident from the first flush on (sortBuffer), and
 	// up to 512 KiB of counts.
 	flushBuf    []byte
 	flushRefs   []uint64
