@@ -42,11 +42,17 @@ func cmdMigrate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "dedupstream migrate: %v\n", err)
 		return exitFailure
 	}
-	from := "unknown"
-	if ms.From > 0 {
-		from = fmt.Sprint(ms.From)
+	change := fmt.Sprintf("from unknown to %d partitions", ms.To)
+	switch {
+	case ms.From == ms.To:
+		// The count was recorded already: by an earlier migrate, or by
+		// the first instance's in group mode ("from 6 to 6" read as if
+		// nothing had changed).
+		change = fmt.Sprintf("to %d partitions (already recorded: an earlier migrate or another instance's)", ms.To)
+	case ms.From > 0:
+		change = fmt.Sprintf("from %d to %d partitions", ms.From, ms.To)
 	}
-	fmt.Fprintf(stdout, "migrated job %q from %s to %d partitions: rebuilt partitions %v from %d output records (%d inserted) and %d unread input records whose keys moved; start the instances now\n",
-		cfg.Job.ID, from, ms.To, ms.Partitions, ms.Read, ms.Restored, ms.Backlog)
+	fmt.Fprintf(stdout, "migrated job %q %s: rebuilt partitions %v from %d output records (%d inserted) and %d unread input records whose keys moved; start the instances now\n",
+		cfg.Job.ID, change, ms.Partitions, ms.Read, ms.Restored, ms.Backlog)
 	return exitOK
 }
