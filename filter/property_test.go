@@ -2,6 +2,7 @@ package filter
 
 import (
 	"bytes"
+	"github.com/dedupstream/dedupstream/partition"
 	"math"
 	"math/bits"
 	"slices"
@@ -54,6 +55,29 @@ func TestNoFalseNegativesModel(t *testing.T) {
 				f.Add(key(nsPresent, uint64(k)))
 				added[entry{k, cur}] = true
 				calls[cur]++
+			},
+			// What the stage calls: a chunk probed, its new keys (mask 0)
+			// added to the newest generation as they are probed. A key
+			// repeated in the chunk is new only the first time.
+			"MaskAllAdd": func(t *rapid.T) {
+				ks := rapid.SliceOfN(keyGen, 1, 20).Draw(t, "keys")
+				hs := make([]partition.Hash, len(ks))
+				for i, k := range ks {
+					hs[i] = key(nsPresent, uint64(k))
+				}
+				masks := make([]uint64, len(hs))
+				f.MaskAllAdd(hs, masks)
+				for i, k := range ks {
+					for e := range added {
+						if e.key == k && modelLive(e.gen) && masks[i]&(1<<(cur-e.gen)) == 0 {
+							t.Fatalf("MaskAllAdd: key %d, added to live generation %d, mask %b (current %d)", k, e.gen, masks[i], cur)
+						}
+					}
+					if masks[i] == 0 {
+						added[entry{k, cur}] = true
+						calls[cur]++
+					}
+				}
 			},
 			"AddTo": func(t *rapid.T) {
 				k := keyGen.Draw(t, "key")
