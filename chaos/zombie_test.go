@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,19 +59,19 @@ func TestZombie(t *testing.T) {
 		time.Sleep(r.between(time.Second, 3*time.Second))
 		v := r.intn(2)
 		zombie, survivor := inst[v], inst[1-v]
-		takeovers, recovered := countLog(survivor, `partitions="[0 1 2 3]"`), countLog(survivor, "msg=recovered")
+		takeovers, recovered := countLog(survivor, ownsAll), countLog(survivor, "msg=recovered")
 		zombie.cmd.Process.Signal(syscall.SIGSTOP)
 		r.event("round %d: SIGSTOP instance %d; %.1f%% committed", round, v, 100*r.progress(prod, total))
 		// The survivor's next generation holds every partition, and each
 		// stage of it recovers: InitProducerID fences the zombie's producer.
-		waitLog(t, survivor, `partitions="[0 1 2 3]"`, takeovers+1, 60*time.Second)
+		waitLog(t, survivor, ownsAll, takeovers+1, 60*time.Second)
 		waitLog(t, survivor, "msg=recovered", recovered+parts, 60*time.Second)
 		r.event("round %d: instance %d owns and recovered every partition", round, 1-v)
-		joined, wasFenced := countLog(zombie, "joined a consumer group generation"), countLog(zombie, "fenced")
+		joined, wasFenced := countLog(zombie, joinedLog), countLog(zombie, "fenced")
 		zombie.cmd.Process.Signal(syscall.SIGCONT)
 		// Resumed, the zombie learns that it lost its generation (its
 		// transaction is fenced, or its heartbeat fails) and rejoins.
-		waitLog(t, zombie, "joined a consumer group generation", joined+1, 60*time.Second)
+		waitLog(t, zombie, joinedLog, joined+1, 60*time.Second)
 		wasZombieFenced := countLog(zombie, "fenced") > wasFenced
 		if wasZombieFenced {
 			fenced++
@@ -103,29 +104,57 @@ func countLog(c *child, s string) int {
 	return strings.Count(string(b), s)
 }
 
+// joinedLog is the message an instance logs for each group generation it
+// joins.
+const joinedLog = "joined a consumer group generation"
+
+// ownsAll is how an instance's log names a generation that gave it every
+// partition.
+var ownsAll = fmt.Sprintf("partitions=%q", fmt.Sprint(func() []int {
+	all := make([]int, parts)
+	for p := range all {
+		all[p] = p
+	}
+	return all
+}()))
+
 // waitShared waits until every instance has joined the group and the
 // generation each joined last gave none of them every partition.
 func waitShared(t *testing.T, inst [2]*child, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		shared := true
+	poll(t, timeout, func() bool {
 		for _, c := range inst {
-			b, _ := os.ReadFile(c.logPath)
-			lines := strings.Split(string(b), "\n")
-			last := ""
-			for _, l := range lines {
-				if strings.Contains(l, "joined a consumer group generation") {
-					last = l
-				}
+			last := lastLogLine(c, joinedLog)
+			if last == "" || strings.Contains(last, ownsAll) {
+				return false
 			}
-			shared = shared && last != "" && !strings.Contains(last, `partitions="[0 1 2 3]"`)
 		}
-		if shared {
-			return
+		return true
+	}, func() string {
+		return fmt.Sprintf("the instances did not share the partitions within %v:\n%s\n%s", timeout, inst[0].output(), inst[1].output())
+	})
+}
+
+// lastLogLine returns the child's last log line containing s ("" if none).
+func lastLogLine(c *child, s string) string {
+	b, _ := os.ReadFile(c.logPath)
+	last := ""
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, s) {
+			last = l
 		}
+	}
+	return last
+}
+
+// poll checks done every 100 ms until it holds, and fails the test with
+// failure's message once timeout has passed.
+func poll(t *testing.T, timeout time.Duration, done func() bool, failure func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !done() {
 		if time.Now().After(deadline) {
-			t.Fatalf("the instances did not share the partitions within %v:\n%s\n%s", timeout, inst[0].output(), inst[1].output())
+			t.Fatal(failure())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -134,11 +163,7 @@ func waitShared(t *testing.T, inst [2]*child, timeout time.Duration) {
 // waitLog waits until the child's log contains s at least n times.
 func waitLog(t *testing.T, c *child, s string, n int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for countLog(c, s) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q did not appear %d times within %v:\n%s", s, n, timeout, c.output())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	poll(t, timeout, func() bool { return countLog(c, s) >= n }, func() string {
+		return fmt.Sprintf("%q did not appear %d times within %v:\n%s", s, n, timeout, c.output())
+	})
 }

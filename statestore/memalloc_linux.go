@@ -18,12 +18,12 @@ const hugePageBytes = 2 << 20
 var hugeRegions = true
 
 // allocRegion returns n bytes of zeroed memory outside the Go heap (an
-// anonymous private mapping; pages become resident as they are touched),
-// registered as holding kind (OffHeap).
+// anonymous private mapping; pages become resident as they are touched,
+// a run filter's all at once), registered as holding kind (OffHeap).
 //
 // A region of 2 MiB or more that is not a run filter starts at a huge-page
-// boundary and is advised MADV_HUGEPAGE: the indexes and sort buffers are
-// released after every flush and filled again from zero, and with 4 KiB
+// boundary and is advised MADV_HUGEPAGE: the indexes are released after
+// every flush and filled again from zero, and with 4 KiB
 // pages every page of them faulted on its first write after each release
 // (BenchmarkMemPut "released": about 6 us a fault on this machine, twice
 // the cost of inserting into pages kept resident). Their pages are all
